@@ -1,0 +1,182 @@
+"""Policy-gradient losses on `[B, L]` token arrays: PPO clip, value clip, KL, entropy.
+
+Every loss sanitises its inputs at invalid tokens (masked or padded row) with `jnp.where` before
+any arithmetic and aggregates with `masked_aggregate`, so invalid tokens contribute exactly
+nothing to the loss and receive exactly zero gradient, even when they hold NaN or inf.
+"""
+from typing import Final
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from meowjax.rl.reduce import check_BL, masked_aggregate, masked_mean, valid_BL
+
+KL_KINDS: Final[tuple[str, ...]] = ("k1", "k2", "k3")
+
+
+def _float(x: chex.Array) -> chex.Array:
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
+
+
+def kl_penalty(logp_BL: chex.Array, ref_logp_BL: chex.Array, kind: str = "k1") -> chex.Array:
+    """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs (Schulman's k1/k2/k3).
+
+    With `d = logp - ref_logp` (tokens sampled from pi):
+
+    * `k1 = d`                          unbiased, high variance, can be negative
+    * `k2 = 0.5 d^2`                    biased, low variance, >= 0
+    * `k3 = exp(-d) - (-d) - 1`         unbiased, low variance, >= 0
+    """
+    chex.assert_equal_shape([logp_BL, ref_logp_BL], custom_message="kl_penalty")
+    if kind not in KL_KINDS:
+        raise ValueError(f"Unknown KL estimator {kind!r}; choose one of {list(KL_KINDS)}.")
+    d = _float(logp_BL) - _float(ref_logp_BL)
+    if kind == "k1":
+        return d
+    if kind == "k2":
+        return 0.5 * jnp.square(d)
+    return jnp.expm1(-d) + d
+
+
+def kl_loss(
+    logp_BL: chex.Array,
+    ref_logp_BL: chex.Array,
+    mask_BL: chex.Array,
+    row_weight_B: chex.Array,
+    *,
+    kind: str = "k3",
+    agg: str = "token_mean",
+) -> chex.Array:
+    """KL to a frozen reference used as a loss term: `masked_aggregate(kl_penalty(...))`."""
+    check_BL("kl_loss", logp_BL, mask_BL, row_weight_B)
+    chex.assert_equal_shape([logp_BL, ref_logp_BL], custom_message="kl_loss")
+    valid = valid_BL(mask_BL, row_weight_B)
+    kl_BL = kl_penalty(
+        jnp.where(valid, logp_BL, 0), jax.lax.stop_gradient(jnp.where(valid, ref_logp_BL, 0)), kind
+    )
+    return masked_aggregate(kl_BL, mask_BL, row_weight_B, agg)
+
+
+def ppo_policy_loss(
+    logp_BL: chex.Array,
+    old_logp_BL: chex.Array,
+    adv_BL: chex.Array,
+    mask_BL: chex.Array,
+    row_weight_B: chex.Array,
+    *,
+    clip_eps: float,
+    clip_eps_high: float | None = None,
+    dual_clip: float | None = None,
+    agg: str = "token_mean",
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """PPO clipped surrogate with optional asymmetric upper clip and dual clip.
+
+    With `rho = exp(logp - old_logp)` and `eps_hi = clip_eps_high or clip_eps`:
+
+        l_t = max(-A_t rho_t, -A_t clip(rho_t, 1 - clip_eps, 1 + eps_hi))
+        l_t = min(l_t, -c A_t)        where A_t < 0, if dual_clip c (> 1) is given
+
+    aggregated with `masked_aggregate(l, mask, row_weight, agg)`. `old_logp` and `adv` are
+    treated as constants (stop_gradient).
+
+    Returns:
+      `(loss, metrics)`; metrics (token means over valid tokens, fixed keys):
+      `clip_fraction` (the clipped branch is active), `dual_clip_fraction` (the dual bound is
+      active; 0 without dual clip), `approx_kl` (k3 estimate of KL(pi_old || pi) from tokens
+      sampled by pi_old: `mean(rho - 1 - log rho)`), `ratio_mean`.
+    """
+    check_BL("ppo_policy_loss", logp_BL, mask_BL, row_weight_B)
+    chex.assert_equal_shape([logp_BL, old_logp_BL, adv_BL], custom_message="ppo_policy_loss")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None, got {dual_clip}.")
+    if not clip_eps > 0:
+        raise ValueError(f"clip_eps must be > 0, got {clip_eps}.")
+    eps_hi = clip_eps if clip_eps_high is None else clip_eps_high
+    valid = valid_BL(mask_BL, row_weight_B)
+    logp = jnp.where(valid, _float(logp_BL), 0)
+    old = jax.lax.stop_gradient(jnp.where(valid, _float(old_logp_BL), 0))
+    adv = jax.lax.stop_gradient(jnp.where(valid, _float(adv_BL), 0))
+    log_ratio = logp - old
+    ratio = jnp.exp(log_ratio)
+    loss_unclipped = -adv * ratio
+    loss_clipped = -adv * jnp.clip(ratio, 1.0 - clip_eps, 1.0 + eps_hi)
+    loss = jnp.maximum(loss_unclipped, loss_clipped)
+    dual_active = jnp.zeros_like(valid)
+    if dual_clip is not None:
+        bound = -adv * dual_clip
+        dual_active = (adv < 0) & (loss > bound)
+        loss = jnp.where(dual_active, bound, loss)
+
+    def mean(x):
+        return masked_mean(x, mask_BL, row_weight_B)
+
+    metrics = {
+        "clip_fraction": mean((loss_clipped > loss_unclipped).astype(jnp.float32)),
+        "dual_clip_fraction": mean(dual_active.astype(jnp.float32)),
+        "approx_kl": mean(jax.lax.stop_gradient(jnp.expm1(log_ratio) - log_ratio)),
+        "ratio_mean": mean(jax.lax.stop_gradient(ratio)),
+    }
+    return masked_aggregate(loss, mask_BL, row_weight_B, agg), metrics
+
+
+def value_loss(
+    values_BL: chex.Array,
+    old_values_BL: chex.Array,
+    returns_BL: chex.Array,
+    mask_BL: chex.Array,
+    row_weight_B: chex.Array,
+    *,
+    clip: float | None = None,
+    agg: str = "token_mean",
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """Clipped value loss (PPO style).
+
+        v_clip = old_v + clip(v - old_v, -c, c)
+        l_t    = 0.5 * max((v - R)^2, (v_clip - R)^2)       (0.5 (v - R)^2 if clip is None)
+
+    `old_values` and `returns` are treated as constants.
+
+    Returns:
+      `(loss, metrics)` with token means `clip_fraction` (the clipped term is larger; 0 without
+      clip), `values_mean`, `returns_mean`.
+    """
+    check_BL("value_loss", values_BL, mask_BL, row_weight_B)
+    chex.assert_equal_shape([values_BL, old_values_BL, returns_BL], custom_message="value_loss")
+    if clip is not None and not clip > 0:
+        raise ValueError(f"value clip must be > 0 or None, got {clip}.")
+    valid = valid_BL(mask_BL, row_weight_B)
+    v = jnp.where(valid, _float(values_BL), 0)
+    old = jax.lax.stop_gradient(jnp.where(valid, _float(old_values_BL), 0))
+    ret = jax.lax.stop_gradient(jnp.where(valid, _float(returns_BL), 0))
+    err_unclipped = jnp.square(v - ret)
+    err = err_unclipped
+    clipped_active = jnp.zeros_like(valid)
+    if clip is not None:
+        v_clipped = old + jnp.clip(v - old, -clip, clip)
+        err_clipped = jnp.square(v_clipped - ret)
+        clipped_active = err_clipped > err_unclipped
+        err = jnp.maximum(err_unclipped, err_clipped)
+
+    def mean(x):
+        return masked_mean(x, mask_BL, row_weight_B)
+
+    metrics = {
+        "clip_fraction": mean(clipped_active.astype(jnp.float32)),
+        "values_mean": mean(jax.lax.stop_gradient(v)),
+        "returns_mean": mean(ret),
+    }
+    return masked_aggregate(0.5 * err, mask_BL, row_weight_B, agg), metrics
+
+
+def entropy_from_logits(logits_BLV: chex.Array) -> chex.Array:
+    """Entropy of the softmax over the last axis: `H = -sum_v p_v log p_v`.
+
+    Vocabulary entries with `-inf` logits (p = 0) contribute 0, without NaN in value or gradient.
+    """
+    chex.assert_rank(logits_BLV, 3, custom_message="entropy_from_logits expects [B, L, V]")
+    logp_BLV = jax.nn.log_softmax(_float(logits_BLV), axis=-1)
+    p_BLV = jnp.exp(logp_BLV)
+    safe_logp_BLV = jnp.where(p_BLV > 0, logp_BLV, 0)
+    return -jnp.sum(p_BLV * safe_logp_BLV, axis=-1)
