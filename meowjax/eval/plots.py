@@ -1,0 +1,116 @@
+"""PNG plots for evaluation reports: learning curves, Pass@(K,T) heatmap, success-vs-budget curves.
+
+Uses matplotlib's object API on an Agg canvas (no pyplot global state, no display needed), so it
+is safe in tests, CI and background threads. Each function writes one PNG and returns its path.
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import Mapping, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+Curve = tuple[Sequence[float], Sequence[float]]
+"""(x, y) points of one line."""
+BandCurve = tuple[Sequence[float], Sequence[float], Sequence[float] | None, Sequence[float] | None]
+"""(x, y, low, high): a line with an optional confidence band (low/high may be None)."""
+
+
+def _new_figure(size: tuple[float, float] = (6.0, 4.0)) -> Figure:
+    fig = Figure(figsize=size, dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def _xy(name: str, x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    x_N, y_N = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x_N.ndim != 1 or x_N.shape != y_N.shape or x_N.size == 0:
+        raise ValueError(f"curve {name!r} needs equal-length non-empty 1-D x and y, got {x_N.shape} and {y_N.shape}")
+    return x_N, y_N
+
+
+def plot_learning_curves(
+    path: str | pathlib.Path,
+    curves: Mapping[str, Curve],
+    metric: str = "success rate",
+    title: str = "Learning curves",
+) -> pathlib.Path:
+    """One line per run/variant of `metric` against training step; curves = {label: (steps, values)}."""
+    if not curves:
+        raise ValueError("plot_learning_curves needs at least one curve")
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    for label, (steps, values) in curves.items():
+        x_N, y_N = _xy(label, steps, values)
+        ax.plot(x_N, y_N, marker="." if x_N.size < 50 else None, label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(metric)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_pass_at_k_t_heatmap(
+    path: str | pathlib.Path,
+    ks: Sequence[int],
+    ts: Sequence[int],
+    values_KT: np.ndarray,
+    title: str = "Pass@(K,T)",
+) -> pathlib.Path:
+    """Heatmap of Pass@(K,T): rows K, columns T, colour in [0, 1], each cell annotated."""
+    values_KT = np.asarray(values_KT, dtype=np.float64)
+    if values_KT.shape != (len(ks), len(ts)):
+        raise ValueError(f"values_KT has shape {values_KT.shape}, expected (len(ks), len(ts)) = {(len(ks), len(ts))}")
+    fig = _new_figure((max(4.5, 1.5 + 0.7 * len(ts)), max(3.0, 1.2 + 0.5 * len(ks))))
+    ax = fig.add_subplot()
+    image = ax.imshow(values_KT, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(ts)), [str(t) for t in ts])
+    ax.set_yticks(range(len(ks)), [str(k) for k in ks])
+    ax.set_xlabel("turn budget T")
+    ax.set_ylabel("attempts K")
+    ax.set_title(title)
+    for i in range(len(ks)):
+        for j in range(len(ts)):
+            v = values_KT[i, j]
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+    fig.colorbar(image, ax=ax)
+    return _save(fig, path)
+
+
+def plot_budget_curves(
+    path: str | pathlib.Path,
+    curves: Mapping[str, BandCurve],
+    metric: str = "success rate",
+    title: str = "Success vs turn budget",
+) -> pathlib.Path:
+    """Success against evaluation turn budget T, one line per training variant, with CI bands.
+
+    curves = {variant: (budgets, values, low, high)}; low/high may be None (no band).
+    """
+    if not curves:
+        raise ValueError("plot_budget_curves needs at least one curve")
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    for label, (budgets, values, low, high) in curves.items():
+        x_N, y_N = _xy(label, budgets, values)
+        (line,) = ax.plot(x_N, y_N, marker="o", label=label)
+        if low is not None and high is not None:
+            ax.fill_between(x_N, np.asarray(low, float), np.asarray(high, float), color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("turn budget T")
+    ax.set_ylabel(metric)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, path)

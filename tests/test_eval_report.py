@@ -1,0 +1,94 @@
+"""The report writer: report.md tables, results.json numbers and valid PNG plots."""
+import json
+
+import numpy as np
+import pytest
+
+from meowjax.eval import passk, report, stats
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _records(rng, n_tasks=5, n=6, t_max=8):
+    return {
+        f"t{i}": [
+            {"won": w, "success_turn": int(rng.integers(1, t_max + 1)) if w else None}
+            for w in rng.uniform(size=n) < rng.uniform()
+        ]
+        for i in range(n_tasks)
+    }
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    workdir = tmp_path_factory.mktemp("run")
+    res_fixed = passk.estimate_pass_at_k_t(_records(rng), [1, 2, 4], [2, 4, 8], n_boot=200)
+    res_mix = passk.estimate_pass_at_k_t(_records(rng), [1, 2, 4], [2, 4, 8], n_boot=200)
+    sections = [
+        report.SuccessTable("Success", [report.SuccessRow("ppo", 7, 10), report.SuccessRow("grpo", 3, 10)]),
+        report.MeanTable("Seeds", {"ppo": [0.6, 0.7, 0.8], "rloo": [0.5, 0.5, 0.6]}),
+        report.PassKTSection("Pass@(K,T) ppo", res_fixed),
+        report.LearningCurves("Learning curves", {"ppo": ([0, 10, 20], [0.1, 0.4, 0.7]), "grpo": ([0, 10, 20], [0.1, 0.2, 0.3])}),
+        report.BudgetCurves("Budget", report.budget_curves_from_pass_at_k_t({"fixed": res_fixed, "budgetmix": res_mix})),
+        report.TextSection("Notes", "Tiny smoke run."),
+    ]
+    path = report.write_report(workdir, "Smoke eval", sections)
+    return workdir, path, res_fixed, res_mix
+
+
+def test_report_markdown_has_expected_rows(written):
+    workdir, path, res, _ = written
+    assert path == workdir / "report.md"
+    md = path.read_text()
+    assert md.startswith("# Smoke eval\n")
+    for heading in ["## Success", "## Seeds", "## Pass@(K,T) ppo", "## Learning curves", "## Budget", "## Notes"]:
+        assert heading in md
+    low, high = stats.wilson_interval(7, 10)
+    assert f"| ppo | 0.700 | [{low:.3f}, {high:.3f}] | 10 |" in md
+    assert "| K \\ T | T=2 | T=4 | T=8 |" in md
+    cell = f"{res.mean_KT[1, 2]:.3f} [{res.low_KT[1, 2]:.3f}, {res.high_KT[1, 2]:.3f}]"
+    assert any(line.startswith("| K=2 |") and line.rstrip(" |").endswith(cell) for line in md.splitlines())
+    assert "Mode: `single_run`: one run per episode at T_max" in md and "5 tasks, at least 6 episodes per task" in md
+    assert "| variant | T=2 | T=4 | T=8 |" in md
+    assert "| ppo | 20 | 0.700 | 0.700 |" in md
+    assert "Tiny smoke run." in md
+
+
+def test_results_json_has_same_numbers(written):
+    workdir, _, res, res_mix = written
+    data = json.loads((workdir / "results.json").read_text())
+    assert data["title"] == "Smoke eval"
+    by_title = {s["title"]: s for s in data["sections"]}
+    assert by_title["Success"]["rows"][0]["success_rate"] == pytest.approx(0.7)
+    assert by_title["Success"]["rows"][1]["ci_low"] == pytest.approx(stats.wilson_interval(3, 10)[0])
+    pkt = by_title["Pass@(K,T) ppo"]
+    assert pkt["type"] == "PassKTSection" and pkt["mode"] == "single_run"
+    np.testing.assert_allclose(pkt["mean"], res.mean_KT)
+    np.testing.assert_allclose(by_title["Budget"]["curves"]["budgetmix"]["values"], res_mix.mean_KT[0])
+    assert by_title["Seeds"]["rows"][0]["mean"] == pytest.approx(0.7)
+
+
+def test_plots_are_valid_pngs(written):
+    workdir, _, _, _ = written
+    pngs = sorted((workdir / "plots").glob("*.png"))
+    assert [p.name for p in pngs] == ["budget.png", "learning_curves.png", "pass_at_k_t_ppo.png"]
+    md = (workdir / "report.md").read_text()
+    for p in pngs:
+        data = p.read_bytes()
+        assert data[:8] == PNG_SIGNATURE
+        assert len(data) > 5_000, f"{p.name} is suspiciously small ({len(data)} bytes)"
+        assert f"](plots/{p.name})" in md
+
+
+def test_nan_becomes_null_and_bad_sections_fail(tmp_path):
+    curves = {"a": ([1, 2], [0.5, float("nan")], None, None)}
+    report.write_report(tmp_path, "nan", [report.BudgetCurves("b", curves)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["sections"][0]["curves"]["a"]["values"] == [0.5, None]
+    with pytest.raises(TypeError, match="unknown report section"):
+        report.write_report(tmp_path, "x", [object()])
+    with pytest.raises(ValueError, match="no K=3"):
+        report.budget_curves_from_pass_at_k_t(
+            {"v": passk.estimate_pass_at_k_t({"a": [{"won": True, "success_turn": 1}]}, [1], [1], n_boot=10)}, k=3
+        )
