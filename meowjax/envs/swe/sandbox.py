@@ -1,0 +1,217 @@
+"""A throwaway copy of a repository, safe path resolution, and tests run under limits.
+
+What is enforced (and what is not — read before trusting it with hostile code):
+  * Agent *tool actions* (ls/cat/grep/replace) only touch files inside the sandbox copy: absolute
+    paths, ``..`` components, NUL bytes and any symlink on the way are refused, and the resolved
+    real path must lie under the sandbox root.
+  * Tests run in a subprocess (``sys.executable``) in its own session/process group, with
+    a wall-clock limit (the whole group is SIGKILLed), an address-space limit (RLIMIT_AS),
+    a file-size limit (RLIMIT_FSIZE: bounds output and files written), no core dumps, stdin closed,
+    a scrubbed environment (HOME in a temp dir, proxies pointing at a closed port) and a
+    ``sitecustomize`` that replaces ``socket.socket``/``create_connection``/``getaddrinfo`` with
+    functions that raise. Only the first ``output_bytes`` of output are read back.
+  * NOT enforced: the *code under test* runs with this user's privileges; it can read files
+    outside the sandbox, undo the socket patch (e.g. via ``_socket``), or spawn processes that
+    leave the process group. There is no container or seccomp here. Use this for RL on generated
+    tasks and trusted SWE-Gym snapshots, not for untrusted code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+RUNNER = str(pathlib.Path(__file__).with_name("runner.py"))
+IGNORED = shutil.ignore_patterns("__pycache__", ".git", "*.pyc")
+
+_SITECUSTOMIZE = '''"""meowjax SWE sandbox: no network for code under test (best effort)."""
+import socket as _socket
+
+
+def _refuse(*args, **kwargs):
+    raise OSError("network access is disabled in the meowjax SWE sandbox")
+
+
+class _NoSocket(_socket.socket):
+    def __init__(self, *args, **kwargs):
+        _refuse()
+
+
+_socket.socket = _NoSocket
+_socket.create_connection = _refuse
+_socket.getaddrinfo = _refuse
+'''
+
+_RESULT_RE = re.compile(r"^(PASSED|FAILED|ERROR) (\S+)(?: - (.*))?$")
+
+
+class SandboxError(ValueError):
+    """A refused action (path outside the sandbox, symlink, missing file); shown to the agent."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Resource limits for one test run (seconds, MiB, bytes)."""
+
+    timeout_s: float = 10.0
+    memory_mb: int = 1024
+    file_size_mb: int = 16
+    output_bytes: int = 200_000
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """Outcome of running a list of test ids.
+
+    status: test id -> "passed" | "failed" | "error" | "missing" (not reported, e.g. killed).
+    messages: test id -> one-line failure description (failed/error only).
+    timed_out: the run hit ``Limits.timeout_s`` and its process group was killed.
+    returncode: the runner's exit status (negative: killed by that signal).
+    output: the first ``Limits.output_bytes`` of stdout+stderr, decoded.
+    """
+
+    status: dict[str, str]
+    messages: dict[str, str]
+    timed_out: bool
+    returncode: int
+    output: str
+    duration_s: float
+
+    @property
+    def passed(self) -> list[str]:
+        return [t for t, s in self.status.items() if s == "passed"]
+
+    @property
+    def not_passed(self) -> list[str]:
+        return [t for t, s in self.status.items() if s != "passed"]
+
+    def ratio(self) -> float:
+        """Fraction of the requested tests that passed (1.0 for an empty request)."""
+        return len(self.passed) / len(self.status) if self.status else 1.0
+
+
+def resolve_inside(root: str | os.PathLike, rel: str) -> pathlib.Path:
+    """``root/rel`` if it stays inside ``root`` without following any symlink; else SandboxError."""
+    rel = rel.strip()
+    if not rel or rel == ".":
+        return pathlib.Path(root)
+    if "\x00" in rel:
+        raise SandboxError("path contains a NUL byte")
+    if rel.startswith(("/", "~", "\\")) or re.match(r"^[A-Za-z]:", rel):
+        raise SandboxError(f"absolute paths are not allowed ({rel!r}); use a path relative to the "
+                           "repository root, e.g. 'src/module.py'")
+    parts = pathlib.PurePosixPath(rel).parts
+    if ".." in parts:
+        raise SandboxError(f"'..' is not allowed in paths ({rel!r}); stay inside the repository")
+    path = pathlib.Path(root)
+    for part in parts:
+        if part == ".":
+            continue
+        path = path / part
+        if path.is_symlink():
+            raise SandboxError(f"{rel!r} goes through a symbolic link; links are not followed")
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise SandboxError(f"{rel!r} is outside the repository")
+    return path
+
+
+def copy_repo(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copies a repository snapshot; symlinks are copied as links (and later refused)."""
+    shutil.copytree(src, dst, symlinks=True, ignore=IGNORED, dirs_exist_ok=True)
+
+
+def _set_limits(limits: Limits):
+    def preexec() -> None:
+        mem = limits.memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        fsize = limits.file_size_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return preexec
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def parse_results(output: str, test_ids: list[str], nonce: str = "") -> tuple[dict, dict]:
+    """Reads PASSED/FAILED/ERROR lines (runner or ``pytest -rA``) into status and messages.
+
+    Only lines starting with ``nonce`` count. An id reported both passed and not passed counts as
+    not passed; ids never reported are "missing".
+    """
+    status = {t: "missing" for t in test_ids}
+    messages: dict[str, str] = {}
+    for line in output.splitlines():
+        if not line.startswith(nonce):
+            continue
+        m = _RESULT_RE.match(line[len(nonce):].rstrip())
+        if not m or m.group(2) not in status:
+            continue
+        word, test_id, msg = m.groups()
+        new = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error"}[word]
+        if status[test_id] in ("failed", "error") and new == "passed":
+            continue
+        status[test_id] = new
+        if msg:
+            messages[test_id] = msg
+    return status, messages
+
+
+def run_tests(repo_dir: str | os.PathLike, test_ids: list[str], command: list[str] | None = None,
+              limits: Limits = Limits()) -> RunResult:
+    """Runs ``test_ids`` in ``repo_dir`` in a limited subprocess and parses the per-test results.
+
+    command: argv prefix to which the test ids are appended; None = the stdlib runner
+      (``[sys.executable, runner.py]``). A leading "python" is replaced by ``sys.executable``.
+    """
+    nonce = ""
+    if command is None:
+        nonce = "@" + secrets.token_hex(8) + "@"
+        argv = [sys.executable, "-s", RUNNER]
+    else:
+        argv = [sys.executable if i == 0 and c in ("python", "python3") else c
+                for i, c in enumerate(command)]
+    with tempfile.TemporaryDirectory(prefix="meowjax-swe-run-") as tmp:
+        site_dir = os.path.join(tmp, "site")
+        os.makedirs(site_dir)
+        with open(os.path.join(site_dir, "sitecustomize.py"), "w") as f:
+            f.write(_SITECUSTOMIZE)
+        dead = "http://127.0.0.1:9"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "TMPDIR": tmp,
+               "PYTHONPATH": site_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+               "LANG": "C.UTF-8", "http_proxy": dead, "https_proxy": dead, "HTTP_PROXY": dead,
+               "HTTPS_PROXY": dead, "no_proxy": "", "MEOWJAX_SWE_NONCE": nonce}
+        out_path = os.path.join(tmp, "output.txt")
+        start = time.monotonic()
+        timed_out = False
+        with open(out_path, "wb") as out:
+            proc = subprocess.Popen(argv + list(test_ids), cwd=repo_dir, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True, preexec_fn=_set_limits(limits))
+            try:
+                proc.wait(timeout=limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            _kill_group(proc.pid)  # also reaps stray children of a finished run
+            proc.wait()
+        duration = time.monotonic() - start
+        with open(out_path, "rb") as f:
+            output = f.read(limits.output_bytes).decode("utf-8", "replace")
+    status, messages = parse_results(output, list(test_ids), nonce)
+    return RunResult(status, messages, timed_out, proc.returncode, output, duration)
