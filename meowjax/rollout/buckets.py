@@ -1,0 +1,76 @@
+"""Padding variable-length host records into a few fixed ``[B, L]`` shapes.
+
+XLA compiles once per distinct input shape. Rows are right-padded to the smallest length bucket
+that holds the longest row, and the row count is padded to a fixed batch size with rows whose
+``row_weight`` is 0, so a run compiles once per (function, bucket) however episodes vary.
+A row longer than the largest bucket is an error naming the setting to raise: never truncated.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+def choose_bucket(length: int, buckets: Sequence[int], what: str = "rollout.length_buckets") -> int:
+    """The smallest bucket >= length; raises naming ``what`` if none is large enough."""
+    for b in sorted(buckets):
+        if length <= b:
+            return int(b)
+    raise ValueError(f"A sequence of {length} tokens does not fit the largest bucket "
+                     f"{max(buckets)}; raise {what} (or shorten max_turns / the prompt window). "
+                     "meowjax never truncates sequences silently.")
+
+
+def pack_rows(rows: Sequence[Mapping[str, np.ndarray]], *, length_buckets: Sequence[int],
+              num_rows: int, pad_values: Mapping[str, float | int] | None = None,
+              what: str = "rollout.length_buckets") -> dict[str, np.ndarray]:
+    """Stacks 1-D per-row arrays into ``[num_rows, L_bucket]`` arrays, right-padded.
+
+    Every row must have the same keys with equal lengths. Adds ``mask`` (1 on real positions) and
+    ``row_weight`` (1 for real rows, 0 for padding rows). Scalar (0-d) fields become ``[num_rows]``.
+    """
+    if not rows:
+        raise ValueError("pack_rows needs at least one row.")
+    if len(rows) > num_rows:
+        raise ValueError(f"{len(rows)} rows do not fit a batch of {num_rows}.")
+    pad_values = dict(pad_values or {})
+    keys = list(rows[0].keys())
+    seq_keys = [k for k in keys if np.ndim(rows[0][k]) == 1]
+    lengths = []
+    for i, row in enumerate(rows):
+        if list(row.keys()) != keys:
+            raise ValueError(f"row {i} has keys {sorted(row)}, expected {sorted(keys)}")
+        ls = {len(row[k]) for k in seq_keys}
+        if len(ls) != 1:
+            raise ValueError(f"row {i} has sequence fields of different lengths: "
+                             f"{ {k: len(row[k]) for k in seq_keys} }")
+        lengths.append(ls.pop())
+    length = choose_bucket(max(lengths), length_buckets, what)
+    out: dict[str, np.ndarray] = {}
+    for k in keys:
+        first = np.asarray(rows[0][k])
+        if first.ndim == 1:
+            arr = np.full((num_rows, length), pad_values.get(k, 0), dtype=first.dtype)
+            for i, row in enumerate(rows):
+                arr[i, :lengths[i]] = row[k]
+        else:
+            arr = np.full((num_rows,), pad_values.get(k, 0), dtype=first.dtype)
+            for i, row in enumerate(rows):
+                arr[i] = row[k]
+        out[k] = arr
+    mask = np.zeros((num_rows, length), np.int32)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    out["mask"] = mask
+    weight = np.zeros((num_rows,), np.float32)
+    weight[:len(rows)] = 1.0
+    out["row_weight"] = weight
+    return out
+
+
+def padding_efficiency(batch: Mapping[str, np.ndarray]) -> float:
+    """Fraction of the ``[B, L]`` slots that hold real tokens of real rows."""
+    mask = batch["mask"] * (batch["row_weight"][:, None] > 0)
+    return float(mask.sum() / mask.size)
