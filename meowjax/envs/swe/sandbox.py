@@ -174,19 +174,19 @@ def parse_results(output: str, test_ids: list[str], nonce: str = "") -> tuple[di
 
 
 def run_tests(repo_dir: str | os.PathLike, test_ids: list[str], command: list[str] | None = None,
-              limits: Limits = Limits()) -> RunResult:
+              limits: Limits = Limits(), extra_env: dict[str, str] | None = None) -> RunResult:
     """Runs ``test_ids`` in ``repo_dir`` in a limited subprocess and parses the per-test results.
 
     command: argv prefix to which the test ids are appended; None = the stdlib runner
-      (``[sys.executable, runner.py]``). A leading "python" is replaced by ``sys.executable``.
+      (``[sys.executable, runner.py]``). Words "python"/"python3" become ``sys.executable``.
+    extra_env: added to the scrubbed environment (e.g. PYTEST_DISABLE_PLUGIN_AUTOLOAD=1).
     """
     nonce = ""
     if command is None:
         nonce = "@" + secrets.token_hex(8) + "@"
         argv = [sys.executable, "-s", RUNNER]
     else:
-        argv = [sys.executable if i == 0 and c in ("python", "python3") else c
-                for i, c in enumerate(command)]
+        argv = [sys.executable if c in ("python", "python3") else c for c in command]
     with tempfile.TemporaryDirectory(prefix="meowjax-swe-run-") as tmp:
         site_dir = os.path.join(tmp, "site")
         os.makedirs(site_dir)
@@ -196,7 +196,8 @@ def run_tests(repo_dir: str | os.PathLike, test_ids: list[str], command: list[st
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "TMPDIR": tmp,
                "PYTHONPATH": site_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                "LANG": "C.UTF-8", "http_proxy": dead, "https_proxy": dead, "HTTP_PROXY": dead,
-               "HTTPS_PROXY": dead, "no_proxy": "", "MEOWJAX_SWE_NONCE": nonce}
+               "HTTPS_PROXY": dead, "no_proxy": "", **(extra_env or {}),
+               "MEOWJAX_SWE_NONCE": nonce}
         out_path = os.path.join(tmp, "output.txt")
         start = time.monotonic()
         timed_out = False

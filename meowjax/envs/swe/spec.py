@@ -41,6 +41,7 @@ class SweTask:
     """A loaded task.
 
     test_command: argv prefix the test ids are appended to; None = the stdlib runner.
+    test_env: extra environment variables for the test subprocess.
     test_files: files restored from the snapshot before grading (the agent's edits to them are
       ignored when rewards are computed).
     patch: the reference fix as a unified diff (paths relative to the repository root).
@@ -54,6 +55,7 @@ class SweTask:
     test_command: tuple[str, ...] | None = None
     test_files: tuple[str, ...] = ()
     patch: str = ""
+    test_env: dict[str, str] = dataclasses.field(default_factory=dict)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -100,6 +102,7 @@ def task_from_record(record: dict[str, Any], base_dir: str, where: str) -> SweTa
                    problem_statement=str(record["problem_statement"]), fail_to_pass=f2p,
                    pass_to_pass=p2p, test_command=tuple(command) if command else None,
                    test_files=tuple(test_files), patch=record.get("patch") or "",
+                   test_env={str(k): str(v) for k, v in (record.get("test_env") or {}).items()},
                    meta=dict(record.get("meta", {})))
 
 
@@ -189,12 +192,28 @@ def apply_edit(text: str, edit: Edit) -> str:
     return text.replace(edit.old, edit.new, 1)
 
 
+def _trim_context(text: str, edit: Edit) -> Edit:
+    """Drops shared context lines at both ends of an edit while ``old`` stays unique in ``text``."""
+    old, new = edit.old.split("\n"), edit.new.split("\n")
+    for end in (0, -1):
+        while (len(old) > 1 and len(new) > 1 and old[end] == new[end] and text.count("\n".join(
+                   old[1:] if end == 0 else old[:-1])) == 1):
+            old, new = (old[1:], new[1:]) if end == 0 else (old[:-1], new[:-1])
+    return Edit(edit.path, "\n".join(old), "\n".join(new))
+
+
 def expert_actions(task: SweTask) -> list[str]:
-    """The SFT demonstration: cat each file to fix, replace with the reference fix, test, submit."""
-    actions, seen = [], set()
+    """The SFT demonstration: cat each file to fix, replace with the reference fix, test, submit.
+
+    Edits come from the reference patch (shared context lines at the ends trimmed while the old
+    text stays unique); ValueError if the patch cannot be expressed as unique replace edits.
+    """
+    actions, files = [], {}
     for edit in task.edits():
-        if edit.path not in seen:
-            seen.add(edit.path)
+        if edit.path not in files:
+            files[edit.path] = pathlib.Path(task.repo_dir, edit.path).read_text()
             actions.append(f"cat {edit.path}")
+        edit = _trim_context(files[edit.path], edit)
+        files[edit.path] = apply_edit(files[edit.path], edit)
         actions.append(tools.format_replace(edit.path, edit.old, edit.new))
     return actions + ["test", "submit"]
