@@ -196,7 +196,7 @@ def test_groups_batched_generation_and_dropout(tok):
 
 def test_per_episode_max_turns_are_respected(tok):
     eps, _, _ = collect(tok, always("look"), n_tasks=1, group_size=3, max_turns=[1, 2, 3])
-    assert [e.turns for e in eps] == [1, 2, 3]
+    assert [e.turns for e in eps] == [1, 2, 3] == [e.info["max_turns"] for e in eps]
     assert all(e.info["truncated"] and not e.won for e in eps)
     assert all(e.info["invalid_actions"] == e.turns for e in eps)
     with pytest.raises(ValueError, match="max_turns has 2 entries"):

@@ -54,7 +54,8 @@ class Episode:
     """One trajectory as host numpy arrays of equal length L (see the module docstring).
 
     info: truncated (env turn budget or unstopped="end"), env_failure, overflow, success_turn
-    (1-based turn of the win or None), invalid_actions (count), unstopped (count).
+    (1-based turn of the win or None), invalid_actions (count), unstopped (count), max_turns
+    (this episode's turn budget).
     turn_prompts: window mode only, the prompt ids of each turn (else None).
     """
 
@@ -111,10 +112,12 @@ class _Builder:
         self.turn_end: list[int] = []
         self.reward: list[float] = []
         self.turn_prompts: list[np.ndarray] = []
+        self._last_end = -1
         self._append(chat.prompt_ids(tokenizer, self.messages()))
         self.won, self.done = False, False
         self.info: dict[str, Any] = dict(truncated=False, env_failure=False, overflow=False,
-                                         success_turn=None, invalid_actions=0, unstopped=0)
+                                         success_turn=None, invalid_actions=0, unstopped=0,
+                                         max_turns=None)
 
     def messages(self) -> list[chat.Message]:
         return chat.build_messages(self.system, self.observations, self.actions)
@@ -154,8 +157,11 @@ class _Builder:
         env_text = tok.decode(body, skip_special_tokens=True).strip()
         self.env_actions.append(env_text)
         self._append(ids, mask=1, logp=logp)
-        if ids:
-            self.turn_end[-1] = 1
+        if not ids:
+            raise ValueError("The sampler returned an empty action (length 0); it must emit at "
+                             "least one token per turn.")
+        self.turn_end[-1] = 1
+        self._last_end = len(self.tokens) - 1
         if not stopped:
             self._append([self.eot_id])  # not sampled: mask 0, keeps the template form
         self.act_ids.append(ids if stopped else ids + [self.eot_id])
@@ -163,12 +169,11 @@ class _Builder:
             self.turn_prompts.append(np.asarray(prompt, np.int32))
         return env_text
 
-    def last_turn_end_index(self) -> int:
-        return int(np.flatnonzero(np.asarray(self.turn_end))[-1])
-
     def add_reward(self, reward: float):
-        if any(self.turn_end):
-            self.reward[self.last_turn_end_index()] += float(reward)
+        """Adds the env's reward of the latest turn at that turn's last sampled token."""
+        if self._last_end < 0:
+            raise ValueError("add_reward before any action.")
+        self.reward[self._last_end] += float(reward)
 
     def reply_delta(self, observation: str) -> list[int]:
         return chat.reply_delta_ids(self.tokenizer, self.messages(), observation, self.eot_id)
@@ -246,10 +251,11 @@ def collect_episodes(
 
     resets = pool.reset(slot_tasks, budgets)
     builders: list[_Builder] = []
-    for task, res in zip(slot_tasks, resets):
+    for res, budget in zip(resets, budgets):
         admissible = res.admissible if fmt.show_admissible else None
         system = chat.system_message(res.objective, fmt, admissible)
         b = _Builder(tokenizer, system, res.observation, eot, fmt.window)
+        b.info["max_turns"] = budget
         if res.info.get("env_failure"):
             b.info["env_failure"], b.done = True, True
         elif not _fits(b, max_context, max_action_tokens):
