@@ -38,7 +38,8 @@ def test_symlinks_refused_and_hidden(tmp_path):
         with pytest.raises(tools.ToolError, match="symbolic link"):
             tools.run_file_tool(str(repo), tools.parse_command(f"cat {rel}"))
     with pytest.raises(tools.ToolError, match="symbolic link"):
-        tools.run_file_tool(str(repo), tools.parse_command("replace link.txt\n<<<\nTOP\n===\nX\n>>>"))
+        tools.run_file_tool(str(repo),
+                            tools.parse_command("replace link.txt\n<<<\nTOP\n===\nX\n>>>"))
     assert secret.read_text() == "TOPSECRET-42\n"
     assert tools.do_grep(str(repo), "TOPSECRET") == "No matches for 'TOPSECRET'."
     listing = tools.do_ls(str(repo)).split("\n")
@@ -168,7 +169,8 @@ def test_parse_command_errors(text, message):
 
 
 def test_file_tools(tmp_path):
-    repo = _repo(tmp_path, "", module="def f(x):\n    return x + 1\n\ndef g(x):\n    return x + 1\n")
+    two = "def f(x):\n    return x + 1\n\ndef g(x):\n    return x + 1\n"
+    repo = _repo(tmp_path, "", module=two)
     root = str(repo)
     assert tools.do_cat(root, "m.py", 4, 5) == "   4 | def g(x):\n   5 |     return x + 1"
     assert tools.do_grep(root, "def g") == "m.py:4: def g(x):"
@@ -179,4 +181,4 @@ def test_file_tools(tmp_path):
     with pytest.raises(tools.ToolError, match="no such file"):
         tools.do_cat(root, "nope.py")
     tools.do_replace(root, "m.py", "def g(x):\n    return x + 1", "def g(x):\n    return x - 1")
-    assert (repo / "m.py").read_text() == "def f(x):\n    return x + 1\n\ndef g(x):\n    return x - 1\n"
+    assert (repo / "m.py").read_text() == two[:-6] + "x - 1\n"

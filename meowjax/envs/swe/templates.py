@@ -377,7 +377,8 @@ TEMPLATES: tuple[Template, ...] = (
                     return None
                 return max(self.counts, key=self.counts.get)
         ''',
-       add="t = Tally()\nt.add('a')\nt.add('a')\nt.add('b', 3)\nassert t.get('a') == 2\nassert t.get('b') == 3",
+       add="t = Tally()\nt.add('a')\nt.add('a')\nt.add('b', 3)\n"
+           "assert t.get('a') == 2\nassert t.get('b') == 3",
        missing="assert Tally().get('zzz') == 0",
        common="t = Tally()\nt.add('x', 2)\nt.add('y', 5)\nassert t.most_common() == 'y'",
        empty="assert Tally().most_common() is None"),

@@ -29,8 +29,8 @@ from meowjax.envs.swe.sandbox import SandboxError, resolve_inside
 
 COMMANDS = ("ls", "cat", "grep", "replace", "test", "submit")
 
-SYSTEM_PROMPT = """You are fixing a bug in a small Python repository. Each turn, reply with exactly \
-one command and nothing else:
+SYSTEM_PROMPT = """You are fixing a bug in a small Python repository. Each turn, reply with \
+exactly one command and nothing else:
 
 ls [DIR]              list the files under DIR (default: the repository root)
 cat PATH [START END]  show a file with line numbers, optionally only lines START to END
@@ -126,7 +126,8 @@ def parse_command(text: str) -> Command:
         try:
             start, end = int(args[1]), int(args[2])
         except ValueError:
-            raise ToolError("cat: START and END must be line numbers, e.g. cat a.py 10 20") from None
+            raise ToolError("cat: START and END must be line numbers, e.g. cat a.py 10 20"
+                            ) from None
         if start < 1 or end < start:
             raise ToolError("cat: need 1 <= START <= END, e.g. cat a.py 10 20")
         return Command("cat", args[0], start, end)
