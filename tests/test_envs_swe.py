@@ -62,6 +62,7 @@ def test_generation_is_deterministic_and_split_by_seed(generated, tmp_path):
     assert tasks.split_of_seed(5) == "train" and tasks.split_of_seed(300_001) == "test"
     with pytest.raises(EnvError, match="outside split"):
         tasks.generate_task(tmp_path, 1, 5, split="test")
+    tasks.main(["--out", str(out), "--tier", "1", "--num", "2"])  # reuses the folders
     listed = tasks.load_tasks(out, split="train", tier=1)
     assert [t.task_id for t in listed] == ["swe/t1/train/0", "swe/t1/train/1"]
     assert len(tasks.load_tasks(out)) == sum(len(s) for s in SEEDS.values())
@@ -78,7 +79,7 @@ def test_expert_trajectory_wins(generated, mode):
         reset = env.reset(task, max_turns=10)
         assert reset.info["system_prompt"] == SweEnv.SYSTEM_PROMPT
         st = spec.read_task(task)
-        assert reset.walkthrough == spec.expert_actions(st)
+        assert reset.walkthrough == spec.expert_actions(st) == spec.expert_actions(task)
         assert reset.walkthrough[0].startswith("cat ")
         assert reset.walkthrough[-2:] == ["test", "submit"]
         total = 0.0

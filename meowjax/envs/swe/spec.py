@@ -202,12 +202,14 @@ def _trim_context(text: str, edit: Edit) -> Edit:
     return Edit(edit.path, "\n".join(old), "\n".join(new))
 
 
-def expert_actions(task: SweTask) -> list[str]:
+def expert_actions(task: SweTask | Task) -> list[str]:
     """The SFT demonstration: cat each file to fix, replace with the reference fix, test, submit.
 
     Edits come from the reference patch (shared context lines at the ends trimmed while the old
     text stays unique); ValueError if the patch cannot be expressed as unique replace edits.
     """
+    if isinstance(task, Task):
+        task = read_task(task)
     actions, files = [], {}
     for edit in task.edits():
         if edit.path not in files:

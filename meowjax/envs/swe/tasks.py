@@ -16,6 +16,7 @@ train and test tasks differ by the functions chosen and the bug planted, not by 
 
 from __future__ import annotations
 
+import argparse
 import ast
 import difflib
 import json
@@ -250,3 +251,20 @@ def load_tasks(out_dir: str | os.PathLike, split: str | None = None,
             tasks.append(Task(e["task_id"], str(pathlib.Path(out_dir) / e["dir"]), "swe",
                               e["split"], meta))
     return tasks
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: ``python -m meowjax.envs.swe.tasks --out data/swe --tier 1 --split train --num 200``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="folder for task folders + manifest.json")
+    parser.add_argument("--tier", type=int, default=1, choices=sorted(TIERS))
+    parser.add_argument("--split", default="train", choices=sorted(SPLIT_SEEDS))
+    parser.add_argument("--num", type=int, default=100, help="number of tasks (consecutive seeds)")
+    parser.add_argument("--first", type=int, default=0, help="offset into the split's seeds")
+    args = parser.parse_args(argv)
+    made = generate_tasks(args.out, args.tier, args.split, args.num, args.first)
+    print(f"{len(made)} tier-{args.tier} {args.split} tasks in {args.out} (manifest.json updated)")
+
+
+if __name__ == "__main__":
+    main()
