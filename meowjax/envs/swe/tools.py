@@ -216,7 +216,12 @@ def do_replace(root: str, rel: str, old: str, new: str) -> str:
                         "surrounding lines so that it occurs exactly once.")
     at = content.index(old)
     updated = content[:at] + new + content[at + len(old):]
-    resolve_inside(root, rel).write_text(updated, encoding="utf-8")
+    try:
+        data = updated.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError("replace: the new text contains characters that are not valid UTF-8"
+                        ) from None
+    resolve_inside(root, rel).write_bytes(data)
     first = content.count("\n", 0, at) + 1
     shown = updated.split("\n")[max(0, first - 3):first + new.count("\n") + 2]
     return f"Replaced 1 occurrence in {rel}. Now:\n" + numbered("\n".join(shown), max(1, first - 2))
