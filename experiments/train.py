@@ -1,5 +1,26 @@
-"""Training entry point (filled in by the end-to-end training work)."""
-import sys
+"""Train (and evaluate) an agent from one config file.
+
+    python -m experiments.train --config=configs/default.py --workdir=runs/default
+    python -m experiments.train --config=configs/default.py:smoke=True --workdir=/tmp/smoke \
+        --config.rl.estimator=grpo
+
+Rerunning the same command on the same workdir resumes from the latest checkpoint.
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from meowjax.trainers import run as run_lib
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config.")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and reports go.")
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.INFO)
+    run_lib.run(_CONFIG.value, _WORKDIR.value)
+
 
 if __name__ == "__main__":
-    sys.exit("meowjax: the training run is not implemented yet; see the open issues.")
+    app.run(main)

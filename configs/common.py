@@ -1,0 +1,84 @@
+"""Shared config pieces. Every experiment is one file with ``get_config(arg)``.
+
+``arg`` is a comma-separated list of ``key=value`` overrides of the experiment's own switches,
+e.g. ``--config=configs/default.py:smoke=True``. Fields are then overridable with absl flags:
+``--config.rl.kl_coef=0.05``. Configs are locked: a typo'd field fails naming it.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+    """Parses ``"a=1,b=x"`` into a ConfigDict over ``defaults`` (types follow the defaults)."""
+    out = ml_collections.ConfigDict(defaults)
+    if not arg:
+        return out
+    for item in arg.split(","):
+        if not item:
+            continue
+        if "=" not in item:
+            raise ValueError(f"Config arg {item!r} is not key=value; known keys: {sorted(defaults)}.")
+        key, value = item.split("=", 1)
+        if key not in defaults:
+            raise ValueError(f"Unknown config arg {key!r}; known keys: {sorted(defaults)}.")
+        kind = type(defaults[key])
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"Config arg {key}={value!r} must be true or false.")
+            out[key] = value.lower() in ("true", "1")
+        else:
+            out[key] = kind(value)
+    return out
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """All fields a training run reads, with the CPU-scale defaults; experiments override."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.name = "base"
+
+    # Environment and game sets. Difficulty names follow w{world}-o{objects}-q{quest}.
+    c.env = ml_collections.ConfigDict(dict(
+        family="textworld", reward_mode="sparse", invalid_action_penalty=0.0, compact=True,
+        num_workers=2, step_timeout_s=30.0))
+    c.games = ml_collections.ConfigDict(dict(
+        cache_dir="data/games", kind="custom", world_size=2, nb_objects=3, quest_length=4,
+        num_train=100, num_sft=60, num_eval=40,
+        hard_world_size=3, hard_nb_objects=5, hard_quest_length=6, num_eval_hard=40,
+        gen_workers=2))
+    # Turn budgets. budget_mix: if non-empty, each training episode's budget is drawn from it.
+    c.turns = ml_collections.ConfigDict(dict(max_turns=12, budget_mix=(), eval_max_turns=12))
+
+    # Model: a preset name (trained from scratch with a BPE tokenizer trained on game text), or
+    # a local Hugging Face folder / "smollm2" for the GGUF import.
+    c.model = ml_collections.ConfigDict(dict(
+        preset="small", init="scratch", hf_path="", vocab_size=1024, overrides={}))
+    c.model.overrides = ml_collections.ConfigDict({}, type_safe=False)
+
+    # Policy interface: "score" (LM scores admissible commands) or "generate" (free text).
+    c.policy = ml_collections.ConfigDict(dict(
+        interface="score", window=2, max_cands=48, score_norm="sum",
+        temperature=1.0, eval_temperature=0.0, max_action_tokens=12, max_context=1024))
+    c.rollout = ml_collections.ConfigDict(dict(
+        length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4))
+
+    # SFT -> RL under one budget: an SFT demonstration costs sft_demo_cost RL episodes.
+    c.budget = ml_collections.ConfigDict(dict(total_episodes=1200, sft_share=0.25,
+                                              sft_demo_cost=10))
+    c.sft = ml_collections.ConfigDict(dict(
+        epochs=6, batch_rows=32, lr=1e-3, warmup_steps=20, grad_clip=1.0, weight_decay=0.0))
+    c.rl = ml_collections.ConfigDict(dict(
+        estimator="rloo", gamma=1.0, lam=1.0, grpo_use_std=True, whiten_advantages=False,
+        clip_eps=0.2, clip_eps_high=0.0, dual_clip=0.0, value_clip=0.5,
+        kl_coef=0.0, kl_kind="k3", kl_in_loss=True, entropy_coef=0.0,
+        epochs=2, minibatch_rows=32, lr=3e-4, critic_lr=1e-3, warmup_steps=5, grad_clip=1.0,
+        weight_decay=0.0))
+
+    c.mesh = ml_collections.ConfigDict(dict(axes=(("data", -1), ("fsdp", 1), ("tensor", 1))))
+    c.eval = ml_collections.ConfigDict(dict(every_iters=10, num_samples=4,
+                                            pass_ks=(1, 2, 4), pass_ts=(4, 6, 8, 12)))
+    c.checkpoint = ml_collections.ConfigDict(dict(every_iters=10, max_to_keep=2))
+    c.log = ml_collections.ConfigDict(dict(every_steps=1))
+    return c

@@ -1,0 +1,172 @@
+"""Multi-turn episodes under the admissible-command scoring interface (see ``scoring``).
+
+Each turn the prompt is the chat-template rendering of the (windowed) conversation; the
+candidates are the game's admissible commands, each tokenized as assistant content followed by
+the end-of-turn token (so a candidate's score is the likelihood of the *complete* reply). All
+live episodes of a batch are scored together in one jitted call per turn (fixed ``[B, L]``
+shapes: rows padded to ``batch_rows``, lengths to a bucket); the command is drawn on the host
+from ``pi = softmax(s / tau)`` with a seeded numpy generator (exact resume).
+
+Host record per turn: the packed row, the chosen candidate, its log pi at sampling time, the
+turn reward. Per episode: won, turns, task_id, group_id, success_turn, truncated, env_failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from meowjax.envs.base import Task
+from meowjax.rollout import buckets, chat, scoring
+
+SCORE_INSTRUCTION = "You are an agent playing a text adventure game. Reply with one command."
+
+
+@dataclasses.dataclass
+class Turn:
+    row: dict[str, np.ndarray]      # packed prompt + candidates (scoring.pack_turn)
+    chosen: int
+    logp: float                     # log pi(chosen) at sampling time
+    reward: float
+    action: str
+    invalid: bool = False
+
+
+@dataclasses.dataclass
+class ScoreEpisode:
+    task_id: str
+    group_id: int
+    max_turns: int
+    turns: list[Turn] = dataclasses.field(default_factory=list)
+    won: bool = False
+    success_turn: int | None = None
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+
+class PromptBuilder:
+    """Renders prompts and tokenizes candidate commands (with a cache: commands repeat a lot)."""
+
+    def __init__(self, tokenizer, window: int, max_cands: int):
+        self.tok = tokenizer
+        self.window = window
+        self.max_cands = max_cands
+        self.fmt = chat.ChatFormat(instruction=SCORE_INSTRUCTION, window=window)
+        self._cand_cache: dict[str, list[int]] = {}
+        self.eot = tokenizer.eos_token_id
+
+    def messages(self, objective: str, observations: Sequence[str],
+                 actions: Sequence[str]) -> list[dict[str, str]]:
+        """system, then (obs_s, a_s+1, ..., obs_t) with s = max(0, t - window)."""
+        t = len(actions)
+        s = max(0, t - self.window)
+        msgs = [chat.system_message(objective, self.fmt)]
+        for i in range(s, t):
+            msgs.append(chat.user_message(observations[i]))
+            msgs.append({"role": "assistant", "content": actions[i]})
+        msgs.append(chat.user_message(observations[t]))
+        return msgs
+
+    def prompt_ids(self, objective, observations, actions) -> list[int]:
+        text = self.tok.apply_chat_template(self.messages(objective, observations, actions),
+                                            tokenize=False, add_generation_prompt=True)
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def candidate_ids(self, command: str) -> list[int]:
+        ids = self._cand_cache.get(command)
+        if ids is None:
+            ids = self.tok.encode(command, add_special_tokens=False) + [self.eot]
+            self._cand_cache[command] = ids
+        return ids
+
+    def row(self, objective, observations, actions, commands) -> dict[str, np.ndarray]:
+        return scoring.pack_turn(self.prompt_ids(objective, observations, actions),
+                                 [self.candidate_ids(c) for c in commands], self.max_cands)
+
+
+def sample_from_logp(logp_C: np.ndarray, rng: np.random.Generator, greedy: bool) -> int:
+    """Index drawn from exp(logp) (argmax when greedy); -inf entries are never drawn."""
+    if greedy:
+        return int(np.argmax(logp_C))
+    p = np.exp(logp_C - np.max(logp_C))
+    p = p / p.sum()
+    return int(rng.choice(len(p), p=p))
+
+
+def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, builder: PromptBuilder,
+            tasks: Sequence[Task], *, group_size: int, max_turns: Sequence[int],
+            batch_rows: int, length_buckets: Sequence[int], rng: np.random.Generator,
+            greedy: bool = False) -> list[ScoreEpisode]:
+    """Plays ``len(tasks) * group_size`` episodes in parallel; returns them in slot order.
+
+    score_fn(batch) -> log pi [batch_rows, max_cands] (host numpy) for a packed batch.
+    max_turns: one budget per episode (BudgetMix samples them), len = len(tasks) * group_size.
+    """
+    slots = [t for t in tasks for _ in range(group_size)]
+    if len(max_turns) != len(slots):
+        raise ValueError(f"max_turns has {len(max_turns)} budgets for {len(slots)} episodes.")
+    if len(slots) > batch_rows:
+        raise ValueError(f"{len(slots)} episodes exceed rollout.batch_rows={batch_rows}.")
+    groups = [i // group_size for i in range(len(slots))]
+    resets = pool.reset(list(slots), list(max_turns))
+    eps = [ScoreEpisode(t.task_id, g, m) for t, g, m in zip(slots, groups, max_turns)]
+    objectives = [r.objective for r in resets]
+    observations = [[r.observation] for r in resets]
+    actions: list[list[str]] = [[] for _ in slots]
+    admissible = [list(r.admissible or []) for r in resets]
+    live = [True] * len(slots)
+    for i, cmds in enumerate(admissible):
+        if not cmds:
+            raise ValueError(f"Task {slots[i].task_id} gave no admissible commands; the scoring "
+                             "interface needs the env built with admissible=True.")
+    while any(live):
+        idx = [i for i in range(len(slots)) if live[i]]
+        rows = [builder.row(objectives[i], observations[i], actions[i], admissible[i]) for i in idx]
+        batch = buckets.pack_rows(rows, length_buckets=length_buckets, num_rows=batch_rows,
+                                  pad_values={"cand": builder.max_cands},
+                                  what="rollout.length_buckets (scoring prompt + candidates)")
+        logp_BC = score_fn(batch)
+        step_actions: list[str | None] = [None] * len(slots)
+        chosen = {}
+        for j, i in enumerate(idx):
+            c = sample_from_logp(logp_BC[j, :len(admissible[i])], rng, greedy)
+            chosen[i] = (j, c)
+            step_actions[i] = admissible[i][c]
+        results = pool.step(step_actions)
+        for i in idx:
+            j, c = chosen[i]
+            res = results[i]
+            eps[i].turns.append(Turn(row=rows[j], chosen=c, logp=float(logp_BC[j, c]),
+                                     reward=float(res.reward), action=step_actions[i],
+                                     invalid=bool(res.info.get("invalid", False))))
+            actions[i].append(step_actions[i])
+            observations[i].append(res.observation)
+            admissible[i] = list(res.info.get("admissible") or admissible[i])
+            if res.done:
+                live[i] = False
+                eps[i].won = bool(res.won)
+                eps[i].success_turn = len(eps[i].turns) if res.won else None
+                eps[i].info = {k: res.info.get(k, False) for k in ("truncated", "env_failure")}
+    return eps
+
+
+def expert_turns(builder: PromptBuilder, objective: str, observations: Sequence[str],
+                 actions: Sequence[str], admissible: Sequence[Sequence[str]]) -> list[dict]:
+    """SFT rows from an expert trajectory: packed row + index of the expert's command.
+
+    Steps whose expert command is not admissible are skipped (counted by the caller).
+    """
+    out = []
+    for t, a in enumerate(actions):
+        cmds = list(admissible[t])
+        if a not in cmds:
+            continue
+        row = builder.row(objective, observations, actions[:t], cmds)
+        row["chosen"] = np.int32(cmds.index(a))
+        out.append(row)
+    return out

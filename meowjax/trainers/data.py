@@ -1,0 +1,102 @@
+"""Host-side data for a run: game sets, expert trajectories, the game-text tokenizer, budgets."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ml_collections
+from absl import logging
+
+from meowjax.envs import textworld_games
+from meowjax.envs.base import Task
+from meowjax.envs.registry import EnvSpec, make_env
+from meowjax.rollout import tokenizer as tok_lib
+
+
+def budget_plan(c: ml_collections.ConfigDict) -> dict[str, int]:
+    """The SFT -> RL split of one budget counted in RL episodes.
+
+    sft_demos = share * total / demo_cost   (one demonstration costs demo_cost episodes),
+    rl_episodes = (1 - share) * total.
+    """
+    b = c.budget
+    if not 0.0 <= b.sft_share <= 1.0:
+        raise ValueError(f"budget.sft_share={b.sft_share} must be in [0, 1].")
+    demos = int(round(b.sft_share * b.total_episodes / b.sft_demo_cost))
+    if demos > c.games.num_sft:
+        raise ValueError(f"The budget asks for {demos} SFT demonstrations but games.num_sft="
+                         f"{c.games.num_sft}; raise games.num_sft or lower budget.sft_share.")
+    return {"sft_demos": demos, "rl_episodes": int(round((1 - b.sft_share) * b.total_episodes))}
+
+
+def env_kwargs(c: ml_collections.ConfigDict, *, admissible: bool) -> dict[str, Any]:
+    return dict(reward_mode=c.env.reward_mode, invalid_action_penalty=c.env.invalid_action_penalty,
+                admissible=admissible, compact=c.env.compact)
+
+
+def _spec(c, split: str, num: int, hard: bool) -> textworld_games.GameSetSpec:
+    g = c.games
+    w, o, q = ((g.hard_world_size, g.hard_nb_objects, g.hard_quest_length) if hard
+               else (g.world_size, g.nb_objects, g.quest_length))
+    return textworld_games.GameSetSpec(kind=g.kind, world_size=w, nb_objects=o, quest_length=q,
+                                       split=split, num_games=num)
+
+
+def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
+    """train / sft / eval (held-out, training difficulty) / eval_hard, disjoint seed ranges."""
+    g = c.games
+    wanted = {"train": (_spec(c, "train", g.num_train, False)),
+              "sft": (_spec(c, "sft", g.num_sft, False)),
+              "eval": (_spec(c, "test", g.num_eval, False)),
+              "eval_hard": (_spec(c, "test", g.num_eval_hard, True))}
+    out = {}
+    for name, spec in wanted.items():
+        if spec.num_games == 0:
+            out[name] = []
+            continue
+        out[name] = textworld_games.generate_game_set(spec, g.cache_dir, num_workers=g.gen_workers)
+        logging.info("games %s: %d x %s (%s)", name, len(out[name]), spec.name, spec.split)
+    return out
+
+
+def expert_data(c: ml_collections.ConfigDict, tasks: list[Task]) -> list[dict[str, Any]]:
+    """Replays each game's walkthrough, recording observations and admissible commands.
+
+    Returns per game: objective, observations (t = 0..n), actions (n), admissible (per step).
+    """
+    env = make_env(EnvSpec(c.env.family, env_kwargs(c, admissible=True)))
+    out = []
+    try:
+        for task in tasks:
+            reset = env.reset(task, max_turns=10_000)
+            obs, adm, acts = [reset.observation], [list(reset.admissible or [])], []
+            for action in reset.walkthrough or []:
+                res = env.step(action)
+                acts.append(action)
+                obs.append(res.observation)
+                adm.append(list(res.info.get("admissible") or []))
+                if res.done:
+                    break
+            if not (acts and res.won):
+                logging.warning("walkthrough of %s does not win; skipped", task.task_id)
+                continue
+            out.append(dict(objective=reset.objective, observations=obs, actions=acts,
+                            admissible=adm[:len(acts)]))
+    finally:
+        env.close()
+    return out
+
+
+def game_tokenizer(c: ml_collections.ConfigDict, workdir: str, expert: list[dict[str, Any]]):
+    """A BPE tokenizer trained on the expert games' text (saved in workdir/tokenizer, reused)."""
+    folder = os.path.join(workdir, "tokenizer")
+    if os.path.exists(os.path.join(folder, "tokenizer.json")):
+        return tok_lib.load_tokenizer(folder)
+    texts = []
+    for ex in expert:
+        texts.append(ex["objective"])
+        texts.extend(ex["observations"])
+        texts.extend(cmd for cmds in ex["admissible"] for cmd in cmds)
+    texts.append("current state: your action: You are an agent playing a text adventure game.")
+    return tok_lib.train_bpe_tokenizer(texts, c.model.vocab_size, folder)

@@ -1,0 +1,87 @@
+"""Entry point behind experiments/train.py: dispatch on the policy interface, write the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import ml_collections
+import numpy as np
+from absl import logging
+
+from meowjax.eval import passk, report
+
+INTERFACES = ("score", "generate")
+
+
+def _passkt(d: dict[str, Any]) -> passk.PassKTResult:
+    return passk.PassKTResult(ks=tuple(d["ks"]), ts=tuple(d["ts"]), mode=d["mode"],
+                              mean_KT=np.asarray(d["mean"]), low_KT=np.asarray(d["ci_low"]),
+                              high_KT=np.asarray(d["ci_high"]), n_tasks=d["n_tasks"],
+                              min_samples=d["min_samples"], alpha=d.get("alpha", 0.05))
+
+
+def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, Any],
+                     seconds: float) -> str:
+    """report.md + results.json: start vs after-RL success on both held-out splits."""
+    evals = out["evals"]
+    rows = []
+    g = c.games
+    names = {"eval": f"w{g.world_size}-o{g.nb_objects}-q{g.quest_length} held-out",
+             "eval_hard": f"w{g.hard_world_size}-o{g.hard_nb_objects}-q{g.hard_quest_length} harder"}
+    for split in ("eval", "eval_hard"):
+        for tag, label in (("start", "starting policy (after SFT)"), ("final", "after RL")):
+            e = evals.get(tag, {}).get(split)
+            if e:
+                rows.append(report.SuccessRow(f"{names[split]}: {label}", e["wins"], e["n"]))
+    sections = [
+        report.TextSection("Run", (
+            f"config `{c.name}`, estimator `{c.rl.estimator}`, interface `{c.policy.interface}`, "
+            f"model preset `{c.model.preset}`; SFT demonstrations {out['plan']['sft_demos']}, "
+            f"RL episodes {out['plan']['rl_episodes']} ({out['rl_iters']} iterations); "
+            f"wall time {seconds / 60:.1f} min. Greedy evaluation, one episode per game, "
+            f"turn budget {c.turns.eval_max_turns}.")),
+        report.SuccessTable("Success on held-out games (95% Wilson intervals)", rows),
+    ]
+    for tag in ("start", "final"):
+        if "pass_at_k_t" in evals.get(tag, {}):
+            sections.append(report.PassKTSection(f"Pass@(K,T) {tag}, held-out (training difficulty)",
+                                                 _passkt(evals[tag]["pass_at_k_t"])))
+    curves = _learning_curve(workdir)
+    if curves:
+        sections.append(report.LearningCurves("Training success rate (rollouts)", curves))
+    path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
+    return str(path)
+
+
+def _learning_curve(workdir: str):
+    steps, vals = [], []
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            if "rollout/success" in rec:
+                steps.append(rec["step"])
+                vals.append(rec["rollout/success"])
+    return {"rollout success": (np.asarray(steps), np.asarray(vals))} if steps else {}
+
+
+def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    if c.policy.interface not in INTERFACES:
+        raise ValueError(f"policy.interface={c.policy.interface!r}; choose one of {INTERFACES}.")
+    t0 = time.time()
+    if c.policy.interface == "score":
+        from meowjax.trainers.score_trainer import ScoreTrainer
+        out = ScoreTrainer(c, workdir).run()
+    else:
+        from meowjax.trainers.text_trainer import TextTrainer
+        out = TextTrainer(c, workdir).run()
+    path = write_run_report(c, workdir, out, time.time() - t0)
+    with open(path, encoding="utf-8") as f:
+        print(f.read())
+    logging.info("Report written to %s", path)
+    return out

@@ -1,0 +1,150 @@
+"""Jitted steps for the admissible-command scoring interface (one "token" per turn).
+
+Rows are turns (packed prompt + candidates, see ``meowjax.rollout.scoring``); every per-turn
+quantity is a ``[B, 1]`` array so the token-level losses of ``meowjax.rl`` apply unchanged.
+
+  SFT:  L = -mean_b log pi(expert_b | prompt_b)
+  PG:   L = PPO_clip(log pi(a), old log pi(a), A) - c_ent H(pi) [+ c_kl KL_k(pi || pi_ref)]
+        [+ c_v * value_clip_loss(V(prompt), R)]       (critic only for GAE estimators)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from meowjax.models import lm
+from meowjax.models.config import ModelConfig
+from meowjax.rl import losses, reduce
+from meowjax.rollout import scoring
+from meowjax.trainers.optim import TrainState
+
+PACKED_KEYS = ("tokens", "seg", "positions", "src", "cand", "mask", "num_cands", "prompt_len")
+
+
+def policy_logp(params, cfg: ModelConfig, batch: dict, *, max_cands: int, temperature: float,
+                norm: str) -> jax.Array:
+    """log pi_BC over each row's candidates."""
+    scores_BC = scoring.candidate_scores(params, cfg, batch, max_cands, norm)
+    return scoring.candidate_logp(scores_BC, temperature)
+
+
+def chosen_logp(logp_BC: jax.Array, chosen_B: jax.Array) -> jax.Array:
+    return jnp.take_along_axis(logp_BC, chosen_B[:, None].astype(jnp.int32), axis=1)[:, 0]
+
+
+def init_value_head(cfg: ModelConfig) -> dict:
+    return {"kernel": jnp.zeros((cfg.hidden_size,), jnp.float32), "bias": jnp.zeros((), jnp.float32)}
+
+
+def turn_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
+    """V_B read at each row's last prompt token: trunk (own weights) + linear head."""
+    hidden_BLE = scoring.packed_hidden(vparams, cfg, batch)
+    h_BE = scoring.prompt_last_hidden(hidden_BLE, batch["prompt_len"]).astype(jnp.float32)
+    head = vparams["value_head"]
+    return h_BE @ head["kernel"] + head["bias"]
+
+
+def make_score_fn(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str):
+    """jit(params, batch) -> log pi_BC, for rollouts (one compile per batch shape)."""
+    @jax.jit
+    def score(params, batch):
+        return policy_logp(params, cfg, batch, max_cands=max_cands, temperature=temperature,
+                           norm=norm)
+    return score
+
+
+def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, *, max_cands: int,
+                  norm: str):
+    """SFT on expert turns: cross-entropy of the expert command under pi (tau = 1)."""
+
+    def loss_fn(params, batch):
+        logp_B = chosen_logp(policy_logp(params, cfg, batch, max_cands=max_cands,
+                                         temperature=1.0, norm=norm), batch["chosen"])
+        w = batch["row_weight"]
+        loss = -reduce.safe_divide(jnp.sum(jnp.where(w > 0, logp_B, 0.0) * w), jnp.sum(w))
+        acc = jnp.sum(jnp.where(w > 0, jnp.exp(logp_B), 0.0) * w) / jnp.maximum(jnp.sum(w), 1.0)
+        return loss, {"sft/loss": loss, "sft/expert_prob": acc}
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(state: TrainState, batch):
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics["sft/grad_norm"] = optax.global_norm(grads)
+        metrics["sft/skipped"] = opt_state.total_notfinite.astype(jnp.float32)
+        return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+    return step
+
+
+def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
+                 max_cands: int, temperature: float, norm: str, needs_critic: bool):
+    """One PPO-style minibatch update (policy, and the critic when ``needs_critic``)."""
+    clip_high = algo.clip_eps_high if algo.clip_eps_high > 0 else None
+    dual = algo.dual_clip if algo.dual_clip > 0 else None
+
+    def policy_loss(params, batch):
+        logp_BC = policy_logp(params, cfg, batch, max_cands=max_cands, temperature=temperature,
+                              norm=norm)
+        logp_B1 = chosen_logp(logp_BC, batch["chosen"])[:, None]
+        ones_B1 = jnp.ones_like(logp_B1, jnp.int32)
+        w = batch["row_weight"]
+        pg, m = losses.ppo_policy_loss(logp_B1, batch["old_logp"][:, None], batch["adv"][:, None],
+                                       ones_B1, w, clip_eps=algo.clip_eps, clip_eps_high=clip_high,
+                                       dual_clip=dual, agg="token_mean")
+        ent = reduce.masked_mean(scoring.candidate_entropy(logp_BC)[:, None], ones_B1, w)
+        kl = losses.kl_loss(logp_B1, batch["ref_logp"][:, None], ones_B1, w, kind=algo.kl_kind)
+        loss = pg - algo.entropy_coef * ent
+        if algo.kl_in_loss:
+            loss = loss + algo.kl_coef * kl
+        metrics = {"pg/policy_loss": pg, "pg/entropy": ent, "pg/kl_ref": kl,
+                   "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"]}
+        return loss, metrics
+
+    def critic_loss(vparams, batch):
+        v_B1 = turn_values(vparams, cfg, batch)[:, None]
+        ones = jnp.ones_like(v_B1, jnp.int32)
+        clip = algo.value_clip if algo.value_clip > 0 else None
+        loss, m = losses.value_loss(v_B1, batch["old_value"][:, None], batch["ret"][:, None], ones,
+                                    batch["row_weight"], clip=clip)
+        err = reduce.masked_mean(jnp.abs(v_B1 - batch["ret"][:, None]), ones, batch["row_weight"])
+        return loss, {"pg/value_loss": loss, "pg/value_abs_err": err,
+                      "pg/value_clip_fraction": m["clip_fraction"]}
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(state: TrainState, batch):
+        (_, metrics), grads = jax.value_and_grad(policy_loss, has_aux=True)(state.params, batch)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics["pg/grad_norm"] = optax.global_norm(grads)
+        metrics["pg/skipped"] = opt_state.total_notfinite.astype(jnp.float32)
+        vparams, vopt = state.value_params, state.value_opt_state
+        if needs_critic:
+            (_, vm), vgrads = jax.value_and_grad(critic_loss, has_aux=True)(vparams, batch)
+            vupdates, vopt = value_optimizer.update(vgrads, vopt, vparams)
+            vparams = optax.apply_updates(vparams, vupdates)
+            metrics.update(vm)
+        new = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                            value_params=vparams, value_opt_state=vopt)
+        return new, metrics
+
+    return step
+
+
+def make_eval_fns(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str,
+                  needs_critic: bool):
+    """jit(params, ref_params, vparams, batch) -> (log pi(chosen), ref log pi(chosen), V)."""
+    @jax.jit
+    def old_terms(params, ref_params, vparams, batch):
+        kw = dict(max_cands=max_cands, temperature=temperature, norm=norm)
+        logp = chosen_logp(policy_logp(params, cfg, batch, **kw), batch["chosen"])
+        ref = chosen_logp(policy_logp(ref_params, cfg, batch, **kw), batch["chosen"])
+        value = turn_values(vparams, cfg, batch) if needs_critic else jnp.zeros_like(logp)
+        return logp, ref, value
+    return old_terms

@@ -1,0 +1,92 @@
+"""Packed admissible-command scoring equals scoring each candidate alone; bucketing; tokenizer."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from meowjax.models import lm
+from meowjax.models.config import get_preset
+from meowjax.rollout import buckets, scoring, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = get_preset("tiny")
+    return cfg, lm.init_params(cfg, jax.random.key(0))
+
+
+def _alone(params, cfg, prompt, cand):
+    toks = jnp.asarray([prompt + cand])
+    m = jnp.ones_like(toks)
+    logits = lm.forward(params, cfg, toks, lm.positions_from_mask(m), m)
+    return float(lm.token_logprobs(logits[:, :-1], toks[:, 1:])[0, len(prompt) - 1:].sum())
+
+
+def test_packed_scores_equal_separate_forwards(tiny):
+    cfg, params = tiny
+    rng = np.random.default_rng(0)
+    turns = []
+    for p_len, c_lens in ((7, (1, 3, 2)), (12, (4, 1))):
+        prompt = [int(x) for x in rng.integers(3, 500, p_len)]
+        cands = [[int(x) for x in rng.integers(3, 500, n)] for n in c_lens]
+        turns.append((prompt, cands))
+    rows = [scoring.pack_turn(p, cs, max_cands=4) for p, cs in turns]
+    batch = buckets.pack_rows(rows, length_buckets=[16, 32], num_rows=3, pad_values={"cand": 4})
+    assert batch["tokens"].shape == (3, 32)
+    s = np.asarray(scoring.candidate_scores(params, cfg, {k: jnp.asarray(v) for k, v in batch.items()}, 4))
+    for b, (prompt, cands) in enumerate(turns):
+        for c, cand in enumerate(cands):
+            np.testing.assert_allclose(s[b, c], _alone(params, cfg, prompt, cand), rtol=1e-5, atol=1e-5)
+        assert np.all(np.isneginf(s[b, len(cands):]))
+    logp = scoring.candidate_logp(jnp.asarray(s[:2]), 0.5)
+    np.testing.assert_allclose(np.exp(logp).sum(-1), 1.0, rtol=1e-6)
+    ent = np.asarray(scoring.candidate_entropy(logp))
+    p = np.exp(np.asarray(logp))
+    ref = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0), -1)
+    np.testing.assert_allclose(ent, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_packed_mask_blocks_other_candidates():
+    row = scoring.pack_turn([5, 6, 7], [[8, 9], [10]], max_cands=2)
+    m = np.asarray(scoring.packed_attention_mask(jnp.asarray(row["seg"])[None],
+                                                 jnp.ones((1, 6), jnp.int32)))[0]
+    # rows: prompt 0..2, cand0 3..4, cand1 5
+    assert m[4].tolist() == [1, 1, 1, 1, 1, 0]
+    assert m[5].tolist() == [1, 1, 1, 0, 0, 1]
+    assert m[2].tolist() == [1, 1, 1, 0, 0, 0]
+    assert row["src"].tolist() == [0, 0, 0, 2, 3, 2]
+    assert row["positions"].tolist() == [0, 1, 2, 3, 4, 3]
+
+
+def test_pack_turn_errors():
+    with pytest.raises(ValueError, match="max_cands"):
+        scoring.pack_turn([1], [[2]] * 3, max_cands=2)
+    with pytest.raises(ValueError, match="at least one candidate"):
+        scoring.pack_turn([1], [], max_cands=2)
+
+
+def test_buckets_never_truncate_and_weight_padding():
+    rows = [{"tokens": np.arange(5, dtype=np.int32), "x": np.float32(1.0)},
+            {"tokens": np.arange(3, dtype=np.int32), "x": np.float32(2.0)}]
+    b = buckets.pack_rows(rows, length_buckets=[4, 8], num_rows=4)
+    assert b["tokens"].shape == (4, 8)
+    assert b["mask"].sum(1).tolist() == [5, 3, 0, 0]
+    assert b["row_weight"].tolist() == [1, 1, 0, 0]
+    assert b["x"].tolist() == [1, 2, 0, 0]
+    assert buckets.padding_efficiency(b) == pytest.approx(8 / 32)
+    with pytest.raises(ValueError, match="raise rollout.length_buckets"):
+        buckets.pack_rows(rows, length_buckets=[4], num_rows=4)
+
+
+def test_bpe_tokenizer_roundtrip_and_chat_template(tmp_path):
+    tok = tokenizer.train_bpe_tokenizer(["take the red apple from the table"] * 20, 300, str(tmp_path))
+    for text in ("take red apple", "héllo  wörld\n\n x", "unseen zebra 123!"):
+        assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                   add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    again = tokenizer.load_tokenizer(str(tmp_path))
+    assert again.encode("take red apple") == tok.encode("take red apple")
+    assert again.eos_token == "<|im_end|>" and again.pad_token == "<pad>"
+    with pytest.raises(ValueError, match="vocab_size"):
+        tokenizer.train_bpe_tokenizer(["x"], 100)
