@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 LogicalAxes = Sequence[str | None]
 Rules = Mapping[str, str | tuple[str, ...] | None]
@@ -54,7 +54,7 @@ def _as_tuple(mesh_axes: str | tuple[str, ...] | None) -> tuple[str, ...]:
 def logical_to_spec(
     logical_axes: LogicalAxes | None,
     rules: Rules,
-    mesh: Mesh,
+    mesh: Mesh | AbstractMesh,
     shape: Sequence[int] | None = None,
 ) -> PartitionSpec:
     """``PartitionSpec`` for one array from its logical axis names (see the module docstring).
@@ -63,7 +63,7 @@ def logical_to_spec(
       logical_axes: one logical name (or None = replicated) per dimension; None means fully
         replicated.
       rules: logical name -> mesh axis name, tuple of mesh axis names, or None.
-      mesh: the device mesh.
+      mesh: the device mesh (or a ``jax.sharding.AbstractMesh``: only names and sizes are read).
       shape: the array's shape; when given, dims that do not divide their mesh axes' size are
         replicated and the rank is checked.
 
@@ -79,7 +79,7 @@ def logical_to_spec(
             f"logical axes {logical_axes} have rank {len(logical_axes)} but the array has shape "
             f"{tuple(shape)}; fix the model's logical_axes for this parameter."
         )
-    mesh_sizes = dict(zip(mesh.axis_names, mesh.devices.shape))
+    mesh_sizes = dict(mesh.shape)
     used: set[str] = set()
     spec: list[str | tuple[str, ...] | None] = []
     for i, name in enumerate(logical_axes):
