@@ -110,6 +110,11 @@ def _field(reader: Any, key: str, default: Any = ..., path: Path | str = "") -> 
     return field.contents()
 
 
+def _f32(x: Any) -> float:
+    """GGUF stores eps/theta as float32; return the shortest decimal (9.9999997e-06 -> 1e-05)."""
+    return float(str(np.float32(x)))
+
+
 def hf_config_from_gguf(reader: Any, path: Path | str = "") -> dict[str, Any]:
     """Hugging Face ``LlamaConfig`` dict (as ``config.json`` holds it) from GGUF metadata."""
     import transformers
@@ -136,8 +141,8 @@ def hf_config_from_gguf(reader: Any, path: Path | str = "") -> dict[str, Any]:
         num_key_value_heads=int(_field(reader, "llama.attention.head_count_kv", n_heads, path)),
         head_dim=head_dim,
         max_position_embeddings=int(_field(reader, "llama.context_length", 2048, path)),
-        rms_norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", path=path)),
-        rope_theta=float(_field(reader, "llama.rope.freq_base", 10000.0, path)),
+        rms_norm_eps=_f32(_field(reader, "llama.attention.layer_norm_rms_epsilon", path=path)),
+        rope_theta=_f32(_field(reader, "llama.rope.freq_base", 10000.0, path)),
         tie_word_embeddings="output.weight" not in names,
         attention_bias=False,
         mlp_bias=False,
