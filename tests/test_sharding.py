@@ -153,6 +153,15 @@ _EIGHT_DEVICE_SCRIPT = textwrap.dedent(
     except ValueError as e:
         bad_mesh = str(e)
 
+    try:
+        sharding.shard_batch({"tokens": np.zeros((6, 3))}, mesh)
+        bad_batch = "no error"
+    except ValueError as e:
+        bad_batch = str(e)
+    constrained = jax.jit(
+        lambda x: sharding.logical_constraint(x * 2, ("batch", "length", "embed"), mesh)
+    )(jnp.ones((8, 4, 64)))
+
     print(json.dumps({
         "mesh": dict(mesh.shape),
         "inferred": dict(sharding.make_mesh([("data", 2), ("fsdp", -1), ("tensor", 2)]).shape),
@@ -169,6 +178,8 @@ _EIGHT_DEVICE_SCRIPT = textwrap.dedent(
         "mu_spec_matches": mu["embed"]["embedding"].sharding.spec == p_shard["embed"]["embedding"].spec,
         "count_spec": str(count.sharding.spec),
         "bad_mesh": bad_mesh,
+        "bad_batch": bad_batch,
+        "constrained_spec": str(constrained.sharding.spec),
     }))
     """
 )
@@ -206,6 +217,7 @@ def test_eight_devices_shardings_are_real(eight_device_results):
     assert r["logits_shard_shape"][0] == 2  # 8 rows over data*fsdp = 4
     assert r["grads_keep_sharding"]
     assert r["mu_spec_matches"] and r["count_spec"] == "P()"
+    assert r["constrained_spec"] == "P(('data', 'fsdp'),)"
 
 
 @pytest.mark.slow  # one ~30 s (CPU time) subprocess shared by the three 8-device tests
@@ -213,3 +225,4 @@ def test_eight_devices_mesh_inference_and_error(eight_device_results):
     r = eight_device_results
     assert r["inferred"] == {"data": 2, "fsdp": 2, "tensor": 2}
     assert "config.mesh" in r["bad_mesh"] and "does not divide the 8" in r["bad_mesh"]
+    assert "['tokens'] has 6 rows, not divisible by the 4 batch shards" in r["bad_batch"]
