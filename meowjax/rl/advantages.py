@@ -145,7 +145,9 @@ def turn_gae(
     )
 
 
-def _check_group_inputs(name: str, returns_B, group_ids_B, row_weight_B) -> None:
+def _check_group_inputs(
+    name: str, returns_B: chex.Array, group_ids_B: chex.Array, row_weight_B: chex.Array
+) -> None:
     chex.assert_rank([returns_B, group_ids_B, row_weight_B], 1, custom_message=name)
     chex.assert_equal_shape([returns_B, group_ids_B, row_weight_B], custom_message=name)
     chex.assert_type(group_ids_B, int, custom_message=f"{name}: group_ids_B must be integers")
@@ -154,7 +156,8 @@ def _check_group_inputs(name: str, returns_B, group_ids_B, row_weight_B) -> None
 def _group_stats(
     returns_B: chex.Array, group_ids_B: chex.Array, row_weight_B: chex.Array
 ) -> tuple[chex.Array, chex.Array, chex.Array, chex.Array, chex.Array]:
-    """Per-row `(valid_B, r0_B, count_B, sum_B, segment_B)` of its group over valid rows (`weight > 0`).
+    """Per row: `(valid_B, r0_B, count_B, sum_B, segment_B)`, where count and sum are over the
+    valid rows (`weight > 0`) of the row's group.
 
     Group ids may be any integers; they are renumbered to `[0, B)` with a sized `jnp.unique`
     so `segment_sum` can use the static `num_segments = B`.
@@ -228,7 +231,9 @@ def fold_kl_into_rewards(
 ) -> chex.Array:
     """Per-token KL penalty folded into the rewards: `r'_t = r_t - kl_coef * kl_t` on agent
     tokens, 0 on masked tokens."""
-    _check_token_inputs("fold_kl_into_rewards(rewards_BL, kl_BL, mask_BL)", rewards_BL, kl_BL, mask_BL)
+    _check_token_inputs(
+        "fold_kl_into_rewards(rewards_BL, kl_BL, mask_BL)", rewards_BL, kl_BL, mask_BL
+    )
     valid_BL = mask_BL > 0
     dtype = _compute_dtype(rewards_BL, kl_BL)
     r_BL = jnp.where(valid_BL, rewards_BL, 0).astype(dtype)

@@ -20,6 +20,12 @@ def _float(x: chex.Array) -> chex.Array:
     return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
 
 
+def _check_above(name: str, x: float | chex.Array, lower: float) -> None:
+    """ValueError unless `x > lower`; traced values are not checked (they have no value yet)."""
+    if isinstance(x, (int, float)) and not x > lower:
+        raise ValueError(f"{name} must be > {lower}, got {x}.")
+
+
 def kl_penalty(logp_BL: chex.Array, ref_logp_BL: chex.Array, kind: str = "k1") -> chex.Array:
     """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs (Schulman's k1/k2/k3).
 
@@ -89,10 +95,9 @@ def ppo_policy_loss(
     """
     check_BL("ppo_policy_loss", logp_BL, mask_BL, row_weight_B)
     chex.assert_equal_shape([logp_BL, old_logp_BL, adv_BL], custom_message="ppo_policy_loss")
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"dual_clip must be > 1 (e.g. 3.0) or None, got {dual_clip}.")
-    if not clip_eps > 0:
-        raise ValueError(f"clip_eps must be > 0, got {clip_eps}.")
+    if dual_clip is not None:
+        _check_above("dual_clip (e.g. 3.0, or None to disable)", dual_clip, 1.0)
+    _check_above("clip_eps", clip_eps, 0.0)
     eps_hi = clip_eps if clip_eps_high is None else clip_eps_high
     valid = valid_BL(mask_BL, row_weight_B)
     logp = jnp.where(valid, _float(logp_BL), 0)
@@ -144,8 +149,8 @@ def value_loss(
     """
     check_BL("value_loss", values_BL, mask_BL, row_weight_B)
     chex.assert_equal_shape([values_BL, old_values_BL, returns_BL], custom_message="value_loss")
-    if clip is not None and not clip > 0:
-        raise ValueError(f"value clip must be > 0 or None, got {clip}.")
+    if clip is not None:
+        _check_above("value clip (or None to disable)", clip, 0.0)
     valid = valid_BL(mask_BL, row_weight_B)
     v = jnp.where(valid, _float(values_BL), 0)
     old = jax.lax.stop_gradient(jnp.where(valid, _float(old_values_BL), 0))
