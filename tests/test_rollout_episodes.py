@@ -298,3 +298,17 @@ def test_bad_arguments_are_named(tok):
         collect(tok, always("x"), unstopped="drop")
     with pytest.raises(ValueError, match="window"):
         chat.ChatFormat(window=-1)
+
+
+def test_history_dependent_template_falls_back_to_full_rendering(tok):
+    numbered = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer,
+                                                    eos_token="<|im_end|>", pad_token="<pad>")
+    numbered.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ loop.index }}\n{{ m['content'] }}"
+        "<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant {{ messages|length + 1 }}\n{% endif %}")
+    eps, _, _ = collect(numbered, always("look"), max_turns=4)
+    ep = eps[0]
+    text = chat.conversation_text(numbered, conversation(ep), chat.end_of_turn_id(numbered))
+    assert "<|im_start|>user 8\n" in text
+    assert ep.tokens.tolist() == chat.encode(numbered, text)

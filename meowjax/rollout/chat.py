@@ -20,6 +20,8 @@ end-of-turn text. For ChatML: ``"\\n<|im_start|>user\\ncurrent state: ...<|im_en
 rendering of the conversation; when every sampled action happens to be tokenized canonically it is
 also token-for-token the encoding of that rendering. A template whose renderings are not prefixes
 of each other (e.g. one that rewrites earlier turns) raises :class:`ChatTemplateError`.
+(The collector renders deltas on a short context for speed and checks them against the full
+rendering on early turns; see ``episodes._Builder.reply_delta``.)
 
 Window of the last k turns (``ChatFormat.window=k``): the prompt of turn t is re-rendered as
 ``head(system, user(obs_s)) + sum_{j=s+1..t} (a_j + delta_j)`` with s = max(0, t - k): the kept

@@ -113,6 +113,7 @@ class _Builder:
         self.reward: list[float] = []
         self.turn_prompts: list[np.ndarray] = []
         self._last_end = -1
+        self._short_ok, self._short_checks = True, 0
         self._append(chat.prompt_ids(tokenizer, self.messages()))
         self.won, self.done = False, False
         self.info: dict[str, Any] = dict(truncated=False, env_failure=False, overflow=False,
@@ -176,7 +177,26 @@ class _Builder:
         self.reward[self._last_end] += float(reward)
 
     def reply_delta(self, observation: str) -> list[int]:
-        return chat.reply_delta_ids(self.tokenizer, self.messages(), observation, self.eot_id)
+        """The env reply's template delta, rendered on a short context for speed.
+
+        Rendering the whole history every turn costs O(turns) per turn; the delta is rendered on
+        [system, last user, last assistant] instead and, for the first two turns that have more
+        history, checked against the full rendering. A template whose delta depends on earlier
+        turns (e.g. numbered turns) fails that check and this episode renders in full from then.
+        """
+        msgs = self.messages()
+        full = lambda: chat.reply_delta_ids(self.tokenizer, msgs, observation, self.eot_id)
+        if len(msgs) <= 3 or not self._short_ok:
+            return full()
+        short = chat.reply_delta_ids(self.tokenizer, [msgs[0]] + msgs[-2:], observation,
+                                     self.eot_id)
+        if self._short_checks < 2:
+            self._short_checks += 1
+            reference = full()
+            if reference != short:
+                self._short_ok = False
+                return reference
+        return short
 
     def add_observation(self, observation: str, delta: Sequence[int]):
         self.observations.append(observation)
