@@ -312,3 +312,25 @@ def test_history_dependent_template_falls_back_to_full_rendering(tok):
     text = chat.conversation_text(numbered, conversation(ep), chat.end_of_turn_id(numbered))
     assert "<|im_start|>user 8\n" in text
     assert ep.tokens.tolist() == chat.encode(numbered, text)
+
+
+def test_env_failures_end_episodes_and_are_counted(tok):
+    class FlakyPool(InProcessPool):
+        def reset(self, tasks, max_turns):
+            out = super().reset(tasks, max_turns)
+            out[0] = None                                   # worker died at reset
+            return out
+
+        def step(self, actions):
+            out = super().step(actions)
+            if len(self.step_calls) == 2:
+                out[1] = StepResult("", 0.0, True, False, {"env_failure": True})
+            return out
+
+    pool = FlakyPool()
+    eps = episodes.collect_episodes(ScriptedSampler(tok, always("go north")), None, pool, tok,
+                                    tasks(3), max_turns=5, max_context=2048,
+                                    max_action_tokens=8, rng=jax.random.PRNGKey(0))
+    assert [e.info["env_failure"] for e in eps] == [True, True, False]
+    assert [e.turns for e in eps] == [0, 2, 3] and [e.won for e in eps] == [False, False, True]
+    assert pool.step_calls[0][0] is None and eps[1].reward.sum() == 0

@@ -271,7 +271,13 @@ def collect_episodes(
 
     resets = pool.reset(slot_tasks, budgets)
     builders: list[_Builder] = []
+    if len(resets) != len(slot_tasks):
+        raise ValueError(f"pool.reset returned {len(resets)} results for {len(slot_tasks)} "
+                         "episodes; the pool must have one slot per episode.")
     for res, budget in zip(resets, budgets):
+        if res is None:   # the worker died during reset
+            res = ResetResult(observation="", objective="", max_score=0.0,
+                              info={"env_failure": True})
         admissible = res.admissible if fmt.show_admissible else None
         system = chat.system_message(res.objective, fmt, admissible)
         b = _Builder(tokenizer, system, res.observation, eot, fmt.window)
