@@ -176,6 +176,15 @@ def build_receptacles(scene_num: int, rng: random.Random) -> tuple[list[Receptac
     return receptacles, agent_loc
 
 
+def receptacle_count_bound(scene_num: int) -> int:
+    """Most static receptacles ``build_receptacles`` can put in the scene (stove burners <= 4)."""
+    poses, classes, _ = load_layout(scene_num)
+    posed = [BASIN_OF.get(r.split("|")[0], r.split("|")[0]) for r in poses]
+    posed = [t for t in posed if t in STATIC_RECEPTACLES]
+    extra = {BASIN_OF.get(c, c) for c in classes} & STATIC_RECEPTACLES - set(posed)
+    return len(posed) + sum(4 if t == "StoveBurner" else 1 for t in extra)
+
+
 def object_id(otype: str, near: tuple[float, float, float], rng: random.Random,
               taken: set[str]) -> str:
     """A fresh ALFRED object id a little away from its receptacle's position."""

@@ -39,21 +39,23 @@ APPLIANCE = {
     "pick_heat_then_place_in_recep": ("Microwave", "Heatable"),
     "pick_cool_then_place_in_recep": ("Fridge", "Coolable"),
 }
-MAX_DISTRACTOR_TYPES = 10  # keeps each game's grounding and admissible-command list small
+MAX_DISTRACTOR_TYPES = 10  # default; keeps each game's grounding and object lists small
 
 
 class SceneDoesNotFit(ValueError):
     """The drawn scene cannot host the drawn task; the caller draws again."""
 
 
-def scenes_for(task_type: str, split: str) -> list[int]:
+def scenes_for(task_type: str, split: str, max_receptacles: int | None = None) -> list[int]:
     """Scenes of a room type ALFRED allows for the task; train scenes for training splits, the
-    held-out (test) scenes for "valid_unseen"/"test"/"eval_out_of_distribution"."""
+    held-out (test) scenes for "valid_unseen"/"test"/"eval_out_of_distribution". With
+    ``max_receptacles``, only rooms with at most that many receptacles (smaller, faster games)."""
     held_out = split in ("valid_unseen", "test", "eval_out_of_distribution")
     pool = set(constants.TEST_SCENE_NUMBERS if held_out else constants.TRAIN_SCENE_NUMBERS)
     allowed = constants.GOALS_VALID[task_type]
     return [n for n in scene_lib.available_scenes()
-            if n in pool and scene_lib.scene_type(n) in allowed]
+            if n in pool and scene_lib.scene_type(n) in allowed
+            and (max_receptacles is None or scene_lib.receptacle_count_bound(n) <= max_receptacles)]
 
 
 def _choose_params(task_type: str, otypes: list[str], rtypes: set[str],
@@ -95,8 +97,10 @@ def _place(otype: str, receptacles: list[Receptacle], banned_rtype: str, rng: ra
     return SceneObject(scene_lib.object_id(otype, r.xyz, rng, taken), otype, r.id)
 
 
-def sample_scene_and_task(task_type: str, scene_num: int, rng: random.Random) -> tuple[Scene, dict]:
-    """Draws targets for ``task_type`` in ``FloorPlan<scene_num>`` and places the objects.
+def sample_scene_and_task(task_type: str, scene_num: int, rng: random.Random,
+                          max_distractor_types: int = MAX_DISTRACTOR_TYPES) -> tuple[Scene, dict]:
+    """Draws targets for ``task_type`` in ``FloorPlan<scene_num>`` and places the objects, plus up
+    to ``max_distractor_types`` other object classes of the room (1-2 instances each).
 
     Raises SceneDoesNotFit when the scene cannot host the task (the caller draws another).
     """
@@ -114,7 +118,7 @@ def sample_scene_and_task(task_type: str, scene_num: int, rng: random.Random) ->
 
     needed = [t for t in (target, params["toggle_target"]) if t]
     others = [t for t in placeable if t not in needed and t not in scene_lib.LAMPS]
-    distractors = rng.sample(others, min(MAX_DISTRACTOR_TYPES, len(others)))
+    distractors = rng.sample(others, min(max_distractor_types, len(others)))
 
     taken: set[str] = set()
     objects: list[SceneObject] = []
