@@ -334,3 +334,16 @@ def test_env_failures_end_episodes_and_are_counted(tok):
     assert [e.info["env_failure"] for e in eps] == [True, True, False]
     assert [e.turns for e in eps] == [0, 2, 3] and [e.won for e in eps] == [False, False, True]
     assert pool.step_calls[0][0] is None and eps[1].reward.sum() == 0
+
+
+def test_turn_budget_enforced_even_if_env_ignores_it(tok):
+    class EndlessEnv(CorridorEnv):
+        def step(self, action):
+            res = super().step(action)
+            return StepResult(res.observation, 0.0, False, False, {"invalid": True})
+
+    pool = InProcessPool(EndlessEnv)
+    eps = episodes.collect_episodes(ScriptedSampler(tok, always("look")), None, pool, tok,
+                                    tasks(2), max_turns=[2, 3], max_context=2048,
+                                    max_action_tokens=8, rng=jax.random.PRNGKey(0))
+    assert [e.turns for e in eps] == [2, 3] and all(e.info["truncated"] for e in eps)

@@ -324,8 +324,9 @@ def collect_episodes(
             if res.won:
                 b.won = True
                 b.info["success_turn"] = len(b.act_ids)
-            if res.done:
-                b.info["truncated"] = bool(res.info.get("truncated", False))
+            if res.done or len(b.act_ids) >= b.info["max_turns"]:
+                # the budget is enforced here too, whether or not the env enforces it
+                b.info["truncated"] = bool(res.info.get("truncated", False)) or not res.done
                 b.observations.append(res.observation)
                 b.done = True
                 continue
