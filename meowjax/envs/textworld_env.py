@@ -39,13 +39,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from typing import Any
 
 import textworld
 
 from meowjax.envs.base import EnvError, ResetResult, StepResult, Task
 
-MAX_ACTION_CHARS = 200
+MAX_ACTION_CHARS = 190  # jericho truncates (with a warning) at 198 bytes
 REWARD_MODES = ("sparse", "dense")
 # First words the interpreter treats as out-of-world commands; they could end or rewind the game.
 META_COMMANDS = frozenset({
@@ -174,7 +175,9 @@ class TextWorldEnv:
             self.close()
             check_game_file(task.path)
             try:
-                self._env = textworld.start(task.path, request_infos=self._infos)
+                with warnings.catch_warnings():  # jericho: "not fully supported" (TextWorld games
+                    warnings.simplefilter("ignore")  # keep their own score/move tracking)
+                    self._env = textworld.start(task.path, request_infos=self._infos)
             except (OSError, ValueError, KeyError) as e:
                 raise EnvError(f"Cannot load TextWorld game {task.path}: {e}. Regenerate it "
                                "with experiments/make_games.py.") from e

@@ -37,7 +37,9 @@ only missing games are made. A seed whose quest cannot be generated is skipped a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import json
 import multiprocessing
 import os
@@ -161,6 +163,33 @@ def _challenge_settings(spec: GameSetSpec) -> dict[str, Any]:
         raise EnvError(f"Bad {spec.kind} settings for tw-make: {spec.tw_make_args()}") from e
 
 
+@functools.lru_cache(maxsize=None)
+def _load_kb(*args, **kwargs):
+    return _ORIGINAL_KB_LOAD[0](*args, **kwargs)
+
+
+_ORIGINAL_KB_LOAD: list = []
+
+
+@contextlib.contextmanager
+def _cached_knowledge_bases():
+    """Parses each textworld knowledge base once per process (else ~4 s of parsing per game).
+
+    The challenges call ``KnowledgeBase.load(their_path)`` for every game; the parsed logic is
+    read-only during generation (textworld itself shares ``KnowledgeBase.default()``), so a
+    per-process memo changes no game (pinned by the determinism test).
+    """
+    from textworld.generator.data import KnowledgeBase
+
+    if not _ORIGINAL_KB_LOAD:
+        _ORIGINAL_KB_LOAD.append(KnowledgeBase.load)
+    KnowledgeBase.load = _load_kb
+    try:
+        yield
+    finally:
+        KnowledgeBase.load = _ORIGINAL_KB_LOAD[0]
+
+
 def make_one_game(spec: GameSetSpec, seed: int, game_dir: str) -> dict[str, Any]:
     """Makes + compiles the game of ``seed``; returns its manifest entry (skipped: ``error`` key).
 
@@ -170,6 +199,7 @@ def make_one_game(spec: GameSetSpec, seed: int, game_dir: str) -> dict[str, Any]
     import textworld
     import textworld.challenges
     from textworld.generator import QuestGenerationError
+    from textworld.generator.data import KnowledgeBase
 
     stem = f"{spec.name}-{spec.split}-{seed}"
     options = textworld.GameOptions()
@@ -178,18 +208,20 @@ def make_one_game(spec: GameSetSpec, seed: int, game_dir: str) -> dict[str, Any]
     options.force_recompile = True
     start = time.perf_counter()
     try:
-        if spec.kind == "custom":
-            options.nb_rooms = spec.world_size
-            options.nb_objects = spec.nb_objects
-            options.nb_parallel_quests = 1
-            options.chaining.min_breadth, options.chaining.max_breadth = 1, 5
-            options.chaining.min_depth = 1
-            options.quest_length = spec.quest_length
-            game_file, game = textworld.make(options)
-        else:
-            _, make, _ = textworld.challenges.CHALLENGES[_CHALLENGE[spec.kind]]
-            game = make(settings=_challenge_settings(spec), options=options)
-            game_file = textworld.generator.compile_game(game, options)
+        with _cached_knowledge_bases():
+            if spec.kind == "custom":
+                options.kb = KnowledgeBase.default()
+                options.nb_rooms = spec.world_size
+                options.nb_objects = spec.nb_objects
+                options.nb_parallel_quests = 1
+                options.chaining.min_breadth, options.chaining.max_breadth = 1, 5
+                options.chaining.min_depth = 1
+                options.quest_length = spec.quest_length
+                game_file, game = textworld.make(options)
+            else:
+                _, make, _ = textworld.challenges.CHALLENGES[_CHALLENGE[spec.kind]]
+                game = make(settings=_challenge_settings(spec), options=options)
+                game_file = textworld.generator.compile_game(game, options)
     except (QuestGenerationError, ValueError, AssertionError) as e:
         return {"seed": seed, "error": f"{type(e).__name__}: {e}"[:500]}
     walkthrough = list(game.metadata.get("walkthrough") or [])

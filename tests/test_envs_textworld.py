@@ -1,0 +1,266 @@
+"""TextWorldEnv and game generation on real generated games (2 custom w2-o3-q4 + 1 tw-simple)."""
+import json
+import os
+import shutil
+
+import pytest
+
+from meowjax.envs.base import EnvError, Task
+from meowjax.envs.registry import EnvSpec
+from meowjax.envs.textworld_env import (META_FEEDBACK, TextWorldEnv, clean_feedback,
+                                        inventory_items, sanitize_action)
+from meowjax.envs.textworld_games import (SPLIT_SEED_RANGES, GameSetSpec, expert_trajectory,
+                                          generate_games, load_game_set, make_one_game,
+                                          split_seeds)
+
+CUSTOM = GameSetSpec(kind="custom", split="test", num_games=2, world_size=2, nb_objects=3,
+                     quest_length=4)
+SIMPLE = GameSetSpec(kind="simple", split="test", num_games=1, rewards="dense", goal="detailed")
+
+
+@pytest.fixture(scope="session")
+def tw_games(tiny_games_dir):
+    """(custom tasks, simple tasks), generated once per session into the shared cache dir."""
+    return (generate_games(CUSTOM, tiny_games_dir, workers=1),
+            generate_games(SIMPLE, tiny_games_dir, workers=1))
+
+
+def _play(env, task, actions, max_turns=50):
+    first = env.reset(task, max_turns)
+    return first, [env.step(a) for a in actions]
+
+
+# -- generation ---------------------------------------------------------------------------------
+def test_game_sets_tasks_and_manifest(tw_games, tiny_games_dir):
+    custom, simple = tw_games
+    assert [t.meta["seed"] for t in custom] == [1, 2]
+    assert custom[0].task_id == "textworld/w2-o3-q4/test/1"
+    assert simple[0].task_id == "textworld/simple-dense-detailed/test/1"
+    for t in custom + simple:
+        assert os.path.isfile(t.path) and t.family == "textworld" and t.split == "test"
+        assert t.meta["walkthrough_len"] >= 1
+    manifest = json.load(open(os.path.join(CUSTOM.game_dir(tiny_games_dir), "manifest.json")))
+    assert manifest["tw_make_args"] == ["custom", "--world-size", "2", "--nb-objects", "3",
+                                        "--quest-length", "4"]
+    assert [g["seed"] for g in manifest["games"]] == [1, 2]
+    # A complete set on disk is reused: same tasks, no file rewritten.
+    mtimes = [os.path.getmtime(t.path) for t in custom]
+    assert generate_games(CUSTOM, tiny_games_dir, workers=2) == custom
+    assert [os.path.getmtime(t.path) for t in custom] == mtimes
+    assert load_game_set(CUSTOM.game_dir(tiny_games_dir)) == custom
+
+
+def _normalized(path):
+    """Game JSON with set-valued fields sorted (their order follows Python's hash seed)."""
+    game = json.load(open(path))
+    game["grammar"]["names_to_exclude"] = sorted(map(str, game["grammar"]["names_to_exclude"]))
+    return game
+
+
+def test_generation_is_deterministic_per_seed(tw_games, tmp_path):
+    custom, _ = tw_games
+    entry = make_one_game(CUSTOM, 1, str(tmp_path))
+    assert entry["walkthrough_len"] == custom[0].meta["walkthrough_len"]
+    again = os.path.join(tmp_path, entry["file"]).replace(".z8", ".json")
+    assert _normalized(again) == _normalized(custom[0].path.replace(".z8", ".json"))
+
+
+def test_tw_make_args_parse_with_tw_make():
+    """The args each spec claims to mirror are accepted by tw-make's own parser."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    path = os.path.join(os.path.dirname(sys.executable), "tw-make")
+    loader = importlib.machinery.SourceFileLoader("tw_make_script", path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    parser = module.build_parser()
+    args = parser.parse_args(CUSTOM.tw_make_args() + ["--seed", "1"])
+    assert (args.world_size, args.nb_objects, args.quest_length) == (2, 3, 4)
+    args = parser.parse_args(SIMPLE.tw_make_args())
+    assert (args.rewards, args.goal, args.test) == ("dense", "detailed", False)
+    cooking = GameSetSpec(kind="cooking", recipe=2, take=1, go=6, cut=True, cooking_split="valid")
+    args = parser.parse_args(cooking.tw_make_args())
+    assert (args.recipe, args.take, args.go, args.cut, args.open, args.split) == (
+        2, 1, 6, True, False, "valid")
+    assert cooking.name == "cooking-r2-t1-g6-cut-valid"
+    for kind, sub in (("coin", "tw-coin_collector"), ("treasure", "tw-treasure_hunter")):
+        spec = GameSetSpec(kind=kind, level=7)
+        assert parser.parse_args(spec.tw_make_args()).level == 7
+        assert spec.tw_make_args()[0] == sub and spec.name == f"{kind}-l7"
+
+
+def test_split_seed_ranges_are_disjoint_and_checked():
+    ranges = sorted(SPLIT_SEED_RANGES.values())
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))
+    assert SPLIT_SEED_RANGES["test"] == (1, 100)
+    assert split_seeds("train", 3) == [30001, 30002, 30003]
+    assert split_seeds("sft", 2, offset=5) == [40006, 40007]
+    with pytest.raises(EnvError, match="split 'test' has seeds 1..100"):
+        split_seeds("test", 101)
+    with pytest.raises(EnvError, match="Unknown split"):
+        split_seeds("dev", 1)
+    with pytest.raises(EnvError, match="kind"):
+        GameSetSpec(kind="zork")
+
+
+# -- episodes -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("game", [0, 1])
+def test_walkthrough_wins_sparse_and_dense(tw_games, game):
+    custom, _ = tw_games
+    task = custom[game]
+    sparse = expert_trajectory(EnvSpec("textworld", {"reward_mode": "sparse"}), task, 50)
+    assert sparse["won"] and sparse["rewards"][-1] == 1.0 and sum(sparse["rewards"]) == 1.0
+    assert len(sparse["observations"]) == len(sparse["actions"]) + 1
+    assert len(sparse["actions"]) == task.meta["walkthrough_len"]
+    env = TextWorldEnv(reward_mode="dense")
+    first, steps = _play(env, task, sparse["actions"])
+    assert [s.observation for s in steps] == sparse["observations"][1:]
+    assert sum(s.reward for s in steps) == first.max_score == steps[-1].info["score"]
+    assert [s.done for s in steps] == [False] * (len(steps) - 1) + [True]
+    assert steps[-1].won and not steps[-1].info["truncated"]
+    env.close()
+
+
+def test_dense_rewards_are_score_differences_on_tw_simple(tw_games):
+    _, simple = tw_games
+    env = TextWorldEnv(reward_mode="dense", invalid_action_penalty=-0.5)
+    first = env.reset(simple[0], 40)
+    assert first.max_score == simple[0].meta["max_score"] > 1
+    scores, total = [0.0], 0.0
+    for action in ["look", "dance"] + first.walkthrough:
+        step = env.step(action)
+        total += step.reward
+        gained = step.info["score"] - scores[-1]
+        assert step.reward == gained + (-0.5 if step.info["invalid"] else 0.0)
+        scores.append(step.info["score"])
+    assert step.won and scores[-1] == first.max_score
+    assert total == first.max_score - 0.5  # one invalid action ("dance")
+    assert sum(1 for a, b in zip(scores, scores[1:]) if b > a) >= 3  # several rewarded turns
+    env.close()
+
+
+def test_observations_are_clean(tw_games):
+    custom, _ = tw_games
+    env = TextWorldEnv()
+    first = env.reset(custom[0], 10)
+    assert "$$" not in first.observation and "\\$" not in first.observation
+    assert first.observation.startswith("-= ") and "You are carrying" in first.observation
+    assert first.objective and first.objective not in first.observation
+    step = env.step("look")
+    assert ">" not in step.observation and "/1" not in step.observation
+    assert step.observation.count("-= ") == 1  # the room once, not repeated after 'look'
+    env.close()
+
+
+def test_invalid_and_garbage_actions_are_feedback(tw_games):
+    custom, _ = tw_games
+    env = TextWorldEnv(reward_mode="dense", invalid_action_penalty=-0.1)
+    first = env.reset(custom[0], 50)
+    cases = {
+        "xyzzy frobnicate": "That's not a verb I recognise.",
+        "take the purple elephant": "You can't see any such thing.",
+        "": "I beg your pardon?",
+        "\x00\x01": "I beg your pardon?",
+        "quit": META_FEEDBACK,
+        "Restart.": META_FEEDBACK,
+        "a" * 5000: "That's not a verb I recognise.",
+    }
+    for action, feedback in cases.items():
+        step = env.step(action)
+        assert step.observation.startswith(feedback), (action, step.observation)
+        assert step.info["invalid"] and step.reward == pytest.approx(-0.1)
+        assert not step.done and step.info["score"] == 0
+    look = env.step("look")
+    assert not look.info["invalid"] and look.reward == 0.0
+    # The game continued normally: the walkthrough still wins after the junk.
+    for action in first.walkthrough:
+        step = env.step(action)
+    assert step.won
+    env.close()
+
+
+def test_sanitize_and_parsers():
+    assert sanitize_action("  Go North.\nquit") == "go north"
+    assert sanitize_action("open box; take key") == "open box"
+    assert sanitize_action(None) == "" and sanitize_action("\x00") == ""
+    assert sanitize_action("ünï  code") == "n code"
+    assert inventory_items("You are carrying: an old key and a glass.") == ["an old key",
+                                                                           "a glass"]
+    assert inventory_items("You are carrying: a, b, and c.") == ["a", "b", "c"]
+    assert inventory_items("You are carrying nothing.") == []
+    raw = "\n\n  ____ \n |  \\$$ \n\nHello!\n\n>    -= Room =-0/1"
+    assert clean_feedback(raw) == "Hello!"
+
+
+def test_budget_truncates(tw_games):
+    custom, _ = tw_games
+    env = TextWorldEnv()
+    first = env.reset(custom[0], 2)
+    a, b = env.step("look"), env.step("inventory")
+    assert not a.done and b.done and not b.won and b.info["truncated"] and b.info["turn"] == 2
+    after = env.step(first.walkthrough[0])
+    assert after.done and after.reward == 0.0 and after.info["after_end"]
+    # Winning on the very last turn of the budget is a win, not a truncation.
+    first = env.reset(custom[0], custom[0].meta["walkthrough_len"])
+    for action in first.walkthrough:
+        step = env.step(action)
+    assert step.done and step.won and not step.info["truncated"]
+    env.close()
+
+
+def test_admissible_and_compact(tw_games):
+    custom, _ = tw_games
+    env = TextWorldEnv(admissible=True, compact=True)
+    full = TextWorldEnv()
+    first, long_first = env.reset(custom[0], 20), full.reset(custom[0], 20)
+    assert first.admissible == sorted(set(first.admissible)) and "look" in first.admissible
+    assert first.walkthrough[0] in first.admissible
+    assert first.observation.startswith("Room: ") and first.observation.count("\n") == 2
+    assert first.observation.endswith("Inventory: nothing")
+    for action in first.walkthrough[:-1]:
+        step, long_step = env.step(action), full.step(action)
+        assert step.info["admissible"] == sorted(set(step.info["admissible"]))
+        assert len(step.observation) < len(long_step.observation)
+        assert step.reward == long_step.reward
+    assert env.step(first.walkthrough[-1]).won
+    env.close()
+    full.close()
+
+
+def test_missing_or_corrupt_game_raises_env_error(tw_games, tmp_path):
+    custom, _ = tw_games
+    env = TextWorldEnv()
+    missing = str(tmp_path / "nope.z8")
+    with pytest.raises(EnvError, match="nope.z8.*Regenerate"):
+        env.reset(Task("t", missing, "textworld"), 5)
+    src = custom[0].path
+    truncated = str(tmp_path / "trunc.z8")
+    with open(src, "rb") as f, open(truncated, "wb") as g:
+        g.write(f.read()[:3000])
+    shutil.copy(src.replace(".z8", ".json"), truncated.replace(".z8", ".json"))
+    with pytest.raises(EnvError, match="Corrupt TextWorld story file.*trunc.z8"):
+        env.reset(Task("t", truncated, "textworld"), 5)
+    flipped = str(tmp_path / "flip.z8")
+    data = bytearray(open(src, "rb").read())
+    data[5000] ^= 0xFF
+    open(flipped, "wb").write(bytes(data))
+    shutil.copy(src.replace(".z8", ".json"), flipped.replace(".z8", ".json"))
+    with pytest.raises(EnvError, match="flip.z8"):
+        env.reset(Task("t", flipped, "textworld"), 5)
+    bad_json = str(tmp_path / "badjson.z8")
+    shutil.copy(src, bad_json)
+    open(bad_json.replace(".z8", ".json"), "w").write("{not json")
+    with pytest.raises(EnvError, match="badjson.json"):
+        env.reset(Task("t", bad_json, "textworld"), 5)
+    no_json = str(tmp_path / "nojson.z8")
+    shutil.copy(src, no_json)
+    with pytest.raises(EnvError, match="nojson.json"):
+        env.reset(Task("t", no_json, "textworld"), 5)
+    assert env.reset(custom[0], 5).walkthrough  # the env still works
+    env.close()
+    with pytest.raises(EnvError, match="reward_mode"):
+        TextWorldEnv(reward_mode="shaped")
+    with pytest.raises(EnvError, match="<= 0"):
+        TextWorldEnv(invalid_action_penalty=0.5)
