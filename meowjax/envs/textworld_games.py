@@ -44,6 +44,7 @@ import json
 import multiprocessing
 import os
 import time
+import warnings
 from typing import Any
 
 from meowjax.envs.base import EnvError, Task
@@ -208,7 +209,8 @@ def make_one_game(spec: GameSetSpec, seed: int, game_dir: str) -> dict[str, Any]
     options.force_recompile = True
     start = time.perf_counter()
     try:
-        with _cached_knowledge_bases():
+        with _cached_knowledge_bases(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # jericho: "not fully supported" on every compile
             if spec.kind == "custom":
                 options.kb = KnowledgeBase.default()
                 options.nb_rooms = spec.world_size
