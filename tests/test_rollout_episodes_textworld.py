@@ -7,12 +7,14 @@ import jax
 import numpy as np
 import pytest
 
+from meowjax.envs.pool import EnvPool
+from meowjax.envs.registry import EnvSpec
 from meowjax.envs.textworld_env import TextWorldEnv
 from meowjax.envs.textworld_games import GameSetSpec, expert_trajectory, generate_games
 from meowjax.rollout import chat, episodes
 from meowjax.rollout.tokenizer import train_bpe_tokenizer
 
-from test_rollout_episodes import InProcessPool, ScriptedSampler
+from test_rollout_episodes import ScriptedSampler
 
 pytestmark = pytest.mark.slow   # ~2-6 s per game generation
 
@@ -41,10 +43,10 @@ def test_walkthrough_rollout_equals_expert_record(games):
         turn = prompt.count("<|im_start|>assistant") - 1
         return by_objective[objective][turn]
 
-    pool = InProcessPool(lambda: TextWorldEnv(reward_mode="dense"))
-    eps = episodes.collect_episodes(
-        ScriptedSampler(tok, replay), None, pool, tok, tasks, group_size=1, max_turns=10,
-        max_context=4096, max_action_tokens=16, rng=jax.random.PRNGKey(0))
+    with EnvPool(EnvSpec("textworld", {"reward_mode": "dense"}), num_workers=0) as pool:
+        eps = episodes.collect_episodes(
+            ScriptedSampler(tok, replay), None, pool, tok, tasks, group_size=1, max_turns=10,
+            max_context=4096, max_action_tokens=16, rng=jax.random.PRNGKey(0))
     eot = chat.end_of_turn_id(tok)
     for ep, ex, task in zip(eps, experts, tasks):
         assert ep.won and ep.turns == len(ex["actions"]) and ep.info["success_turn"] == ep.turns
