@@ -264,3 +264,33 @@ def test_missing_or_corrupt_game_raises_env_error(tw_games, tmp_path):
         TextWorldEnv(reward_mode="shaped")
     with pytest.raises(EnvError, match="<= 0"):
         TextWorldEnv(invalid_action_penalty=0.5)
+
+
+def test_failed_seeds_are_skipped_and_refilled(tmp_path, monkeypatch):
+    """A seed whose quest cannot be generated is recorded and the next seed fills in."""
+    from meowjax.envs import textworld_games
+
+    made = []
+
+    def fake_make(spec, seed, game_dir):
+        made.append(seed)
+        if seed % 2 == 0:
+            return {"seed": seed, "error": "QuestGenerationError: no quest"}
+        stem = os.path.join(game_dir, f"g{seed}")
+        for ext in (".z8", ".json"):
+            open(stem + ext, "w").close()
+        return {"seed": seed, "file": f"g{seed}.z8", "walkthrough": ["go"], "walkthrough_len": 1,
+                "max_score": 1.0}
+
+    monkeypatch.setattr(textworld_games, "make_one_game", fake_make)
+    spec = GameSetSpec(kind="custom", split="test", num_games=3)
+    tasks = generate_games(spec, str(tmp_path), workers=1)
+    assert [t.meta["seed"] for t in tasks] == [1, 3, 5] and made == [1, 2, 3, 4, 5]
+    manifest = json.load(open(os.path.join(spec.game_dir(str(tmp_path)), "manifest.json")))
+    assert [s["seed"] for s in manifest["skipped"]] == [2, 4]
+    os.remove(tasks[1].path)  # a lost file is made again; known failures are not retried
+    made.clear()
+    assert generate_games(spec, str(tmp_path), workers=1) == tasks and made == [3]
+    with pytest.raises(EnvError, match="ran out of seeds"):
+        generate_games(GameSetSpec(kind="custom", split="test", num_games=60), str(tmp_path),
+                       workers=1)

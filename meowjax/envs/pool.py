@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import signal
 import time
 import traceback
 from typing import Any
@@ -55,6 +56,7 @@ def _worker_main(conn, spec: EnvSpec, target: str) -> None:
     Replies with ("ready",) once, then one (slot, status, payload) per item, status in
     ok | env_error | exception.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (close)
     registry.FAMILIES[spec.family] = target  # the parent's registration (tests add families)
     module_name = target.split(":")[0]
     __import__(module_name)
