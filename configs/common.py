@@ -45,7 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
         num_workers=2, step_timeout_s=30.0))
     c.games = ml_collections.ConfigDict(dict(
         cache_dir="data/games", kind="custom", world_size=2, nb_objects=3, quest_length=4,
-        num_train=100, num_sft=60, num_eval=40,
+        level=1, num_train=100, num_sft=60, num_eval=40, eval_split="test",
         hard_world_size=3, hard_nb_objects=5, hard_quest_length=6, num_eval_hard=40,
         gen_workers=2))
     # Turn budgets. budget_mix: if non-empty, each training episode's budget is drawn from it.

@@ -37,10 +37,12 @@ def test_packed_scores_equal_separate_forwards(tiny):
     for b, (prompt, cands) in enumerate(turns):
         for c, cand in enumerate(cands):
             np.testing.assert_allclose(s[b, c], _alone(params, cfg, prompt, cand), rtol=1e-5, atol=1e-5)
-        assert np.all(np.isneginf(s[b, len(cands):]))
+        assert np.all(s[b, len(cands):] == scoring.ABSENT)
     logp = scoring.candidate_logp(jnp.asarray(s[:2]), 0.5)
     np.testing.assert_allclose(np.exp(logp).sum(-1), 1.0, rtol=1e-6)
     ent = np.asarray(scoring.candidate_entropy(logp))
+    grad = jax.grad(lambda x: scoring.candidate_entropy(scoring.candidate_logp(x)).sum())(jnp.asarray(s))
+    assert np.all(np.isfinite(np.asarray(grad)))            # padded candidates leak no NaN
     p = np.exp(np.asarray(logp))
     ref = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0), -1)
     np.testing.assert_allclose(ent, ref, rtol=1e-4, atol=1e-6)

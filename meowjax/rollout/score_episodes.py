@@ -156,7 +156,8 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
 
 
 def expert_turns(builder: PromptBuilder, objective: str, observations: Sequence[str],
-                 actions: Sequence[str], admissible: Sequence[Sequence[str]]) -> list[dict]:
+                 actions: Sequence[str], admissible: Sequence[Sequence[str]],
+                 rewards: Sequence[float] = ()) -> list[dict]:
     """SFT rows from an expert trajectory: packed row + index of the expert's command.
 
     Steps whose expert command is not admissible are skipped (counted by the caller).

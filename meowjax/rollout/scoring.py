@@ -75,9 +75,16 @@ def packed_hidden(params, cfg: ModelConfig, batch: dict) -> jax.Array:
     return lm.hidden_states_masked(params, cfg, batch["tokens"], batch["positions"], mask_BLS)
 
 
+ABSENT = -1e9  # score of padded (absent) candidates: exp(ABSENT - lse) == 0 exactly, but finite
+
+
 def candidate_scores(params, cfg: ModelConfig, batch: dict, max_cands: int,
                      norm: str = "sum") -> jax.Array:
-    """s_BC: per-candidate log-likelihood (sum or mean over its tokens); -inf for absent ones."""
+    """s_BC: per-candidate log-likelihood (sum or mean over its tokens); ABSENT for padding.
+
+    Absent candidates get a large finite negative score rather than -inf, so that
+    pi log pi and its gradient stay finite (0 * -inf is NaN in the backward pass).
+    """
     hidden_BLE = packed_hidden(params, cfg, batch)
     logits_BLV = lm.logits_from_hidden(params, cfg, hidden_BLE)
     lse_BL = jax.nn.logsumexp(logits_BLV, axis=-1)
@@ -92,11 +99,11 @@ def candidate_scores(params, cfg: ModelConfig, batch: dict, max_cands: int,
     elif norm != "sum":
         raise ValueError(f"policy.score_norm={norm!r}; use 'sum' or 'mean'.")
     present_BC = jnp.arange(max_cands)[None] < batch["num_cands"][:, None]
-    return jnp.where(present_BC, sum_BC, -jnp.inf)
+    return jnp.where(present_BC, sum_BC, ABSENT)
 
 
 def candidate_logp(scores_BC: jax.Array, temperature: float | jax.Array = 1.0) -> jax.Array:
-    """log pi_BC = log_softmax(s / tau) over present candidates (-inf stays -inf)."""
+    """log pi_BC = log_softmax(s / tau); absent candidates get probability 0."""
     chex.assert_rank(scores_BC, 2)
     return jax.nn.log_softmax(scores_BC / temperature, axis=-1)
 

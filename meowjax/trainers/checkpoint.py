@@ -34,6 +34,12 @@ class Checkpointer:
         if wait:
             self.manager.wait_until_finished()
 
+    def read_meta(self, step: int | None = None) -> dict[str, Any]:
+        """The JSON record of a checkpoint (latest by default), without loading arrays."""
+        step = self.latest_step() if step is None else step
+        out = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(out["meta"])
+
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
         """Restores into the structure/shardings of ``abstract_state``.
 

@@ -40,22 +40,26 @@ def _spec(c, split: str, num: int, hard: bool) -> textworld_games.GameSetSpec:
     w, o, q = ((g.hard_world_size, g.hard_nb_objects, g.hard_quest_length) if hard
                else (g.world_size, g.nb_objects, g.quest_length))
     return textworld_games.GameSetSpec(kind=g.kind, world_size=w, nb_objects=o, quest_length=q,
-                                       split=split, num_games=num)
+                                       split=split, num_games=num, level=g.level)
 
 
 def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
-    """train / sft / eval (held-out, training difficulty) / eval_hard, disjoint seed ranges."""
+    """train / sft / eval (held-out, training difficulty) / eval_hard, disjoint seed ranges.
+
+    Held-out games come from ``games.eval_split``: "test" for reported numbers, "valid" while
+    tuning (never tune on the test seeds).
+    """
     g = c.games
-    wanted = {"train": (_spec(c, "train", g.num_train, False)),
-              "sft": (_spec(c, "sft", g.num_sft, False)),
-              "eval": (_spec(c, "test", g.num_eval, False)),
-              "eval_hard": (_spec(c, "test", g.num_eval_hard, True))}
+    wanted = {"train": _spec(c, "train", g.num_train, False),
+              "sft": _spec(c, "sft", g.num_sft, False),
+              "eval": _spec(c, g.eval_split, g.num_eval, False),
+              "eval_hard": _spec(c, g.eval_split, g.num_eval_hard, True)}
     out = {}
     for name, spec in wanted.items():
         if spec.num_games == 0:
             out[name] = []
             continue
-        out[name] = textworld_games.generate_game_set(spec, g.cache_dir, num_workers=g.gen_workers)
+        out[name] = textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
         logging.info("games %s: %d x %s (%s)", name, len(out[name]), spec.name, spec.split)
     return out
 
@@ -63,26 +67,28 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
 def expert_data(c: ml_collections.ConfigDict, tasks: list[Task]) -> list[dict[str, Any]]:
     """Replays each game's walkthrough, recording observations and admissible commands.
 
-    Returns per game: objective, observations (t = 0..n), actions (n), admissible (per step).
+    Returns per game: objective, observations (t = 0..n), actions (n), rewards (n),
+    admissible (the commands admissible before each action).
     """
     env = make_env(EnvSpec(c.env.family, env_kwargs(c, admissible=True)))
     out = []
     try:
         for task in tasks:
             reset = env.reset(task, max_turns=10_000)
-            obs, adm, acts = [reset.observation], [list(reset.admissible or [])], []
+            obs, adm, acts, rews = [reset.observation], [list(reset.admissible or [])], [], []
             for action in reset.walkthrough or []:
                 res = env.step(action)
                 acts.append(action)
+                rews.append(float(res.reward))
                 obs.append(res.observation)
                 adm.append(list(res.info.get("admissible") or []))
                 if res.done:
                     break
-            if not (acts and res.won):
+            if not (acts and res.won):  # noqa: F821 (res is bound when acts is non-empty)
                 logging.warning("walkthrough of %s does not win; skipped", task.task_id)
                 continue
             out.append(dict(objective=reset.objective, observations=obs, actions=acts,
-                            admissible=adm[:len(acts)]))
+                            rewards=rews, admissible=adm[:len(acts)]))
     finally:
         env.close()
     return out

@@ -1,0 +1,351 @@
+"""The training schedule shared by both action interfaces: SFT -> RL -> evaluation.
+
+Read top to bottom in ``AgentTrainer.run``: restore (or start), SFT on expert walkthroughs,
+evaluation of the starting policy, RL iterations (collect groups of episodes; old / reference
+log-probs and critic values; advantages from the estimator registry; epochs over fixed-shape
+minibatches), periodic evaluation and checkpoints, final evaluation.
+
+What differs between interfaces lives in subclasses: how expert data becomes rows, how episodes
+are played, and how episodes become update rows plus the ``[E, X]`` reward/mask matrices the
+estimators read (X = turns for the scoring interface, tokens for free text).
+
+Host randomness is ``np.random.default_rng([seed, phase, index])`` and device randomness
+``jax.random.fold_in(key(seed), index)``, so a resumed run replays exactly what an uninterrupted
+run does.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import signal
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from meowjax.envs.pool import EnvPool
+from meowjax.envs.registry import EnvSpec
+from meowjax.eval import passk, stats
+from meowjax.rl import estimators
+from meowjax.rollout import buckets
+from meowjax.trainers import checkpoint, data, metrics_log, optim
+
+SFT, RL, DONE = "sft", "rl", "done"
+SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, EVAL_RNG = 1, 2, 3, 9
+
+
+class Preempted(Exception):
+    """SIGTERM arrived: the state was saved; rerun the same command to resume."""
+
+
+def host_rng(seed: int, *keys: int) -> np.random.Generator:
+    return np.random.default_rng([seed, *keys])
+
+
+def to_device(batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+
+
+def budgets_for(c: ml_collections.ConfigDict, n: int, rng: np.random.Generator) -> list[int]:
+    """Per-episode turn budgets: BudgetMix draws each one from ``turns.budget_mix``."""
+    if len(c.turns.budget_mix):
+        return [int(b) for b in rng.choice(np.asarray(c.turns.budget_mix), size=n)]
+    return [int(c.turns.max_turns)] * n
+
+
+def success_summary(views: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Success rate with its 95% Wilson interval, mean turns, invalid-action rate."""
+    n = len(views)
+    wins = int(sum(v["won"] for v in views))
+    low, high = stats.wilson_interval(wins, n)
+    turns = sum(v["turns"] for v in views)
+    return {"success": wins / max(1, n), "ci_low": low, "ci_high": high, "wins": wins, "n": n,
+            "mean_turns": turns / max(1, n),
+            "invalid_rate": sum(v["invalid"] for v in views) / max(1, turns)}
+
+
+class AgentTrainer(abc.ABC):
+    """Owns one run. Subclasses fill in the interface-specific hooks below."""
+
+    interface: str = ""
+    needs_admissible: bool = False
+
+    def __init__(self, c: ml_collections.ConfigDict, workdir: str):
+        self.c, self.workdir = c, workdir
+        os.makedirs(workdir, exist_ok=True)
+        self.spec = estimators.validate_estimator(c.rl.estimator)
+        self.plan = data.budget_plan(c)
+        self.sets = data.game_sets(c)
+        self.expert = data.expert_data(c, self.sets["sft"][:self.plan["sft_demos"]])
+        self.setup_model()
+        self.sft_rows = self.make_sft_rows(self.expert)
+        per_iter = c.rollout.tasks_per_iter * c.rollout.group_size
+        self.batch_rows = per_iter
+        self.rl_iters = self.plan["rl_episodes"] // per_iter
+        self.sft_steps = c.sft.epochs * -(-len(self.sft_rows) // c.sft.batch_rows)
+        updates_per_iter = c.rl.epochs * -(-self.rows_per_iter_estimate() // c.rl.minibatch_rows)
+        rl_steps = max(1, self.rl_iters * updates_per_iter)
+        self.sft_opt = optim.optimizer_from_config(c.sft, max(1, self.sft_steps))
+        self.rl_opt = optim.optimizer_from_config(c.rl, rl_steps)
+        critic = ml_collections.ConfigDict(c.rl.to_dict())
+        critic.lr = c.rl.critic_lr
+        self.critic_opt = optim.optimizer_from_config(critic, rl_steps)
+        self.setup_steps()
+        self.writer = metrics_log.MetricsWriter(workdir)
+        self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep)
+        self.preempted = False
+        self.shapes_seen: dict[str, set[tuple[int, ...]]] = {}
+
+    # ----- interface hooks -----------------------------------------------------------------
+    @abc.abstractmethod
+    def setup_model(self) -> None:
+        """Sets self.tok, self.cfg and the initial params factory ``self.init_params(key)``."""
+
+    @abc.abstractmethod
+    def setup_steps(self) -> None:
+        """Sets self.sft_step, self.pg_step, self.old_terms (jitted)."""
+
+    @abc.abstractmethod
+    def make_sft_rows(self, expert: list[dict[str, Any]]) -> list[dict[str, np.ndarray]]:
+        ...
+
+    @abc.abstractmethod
+    def rows_per_iter_estimate(self) -> int:
+        ...
+
+    @abc.abstractmethod
+    def init_value_params(self, key: jax.Array) -> Any:
+        ...
+
+    @abc.abstractmethod
+    def play(self, params, pool, tasks, *, group_size: int, budgets: Sequence[int],
+             rng: np.random.Generator, greedy: bool, key: jax.Array) -> list[Any]:
+        ...
+
+    @abc.abstractmethod
+    def view(self, episode) -> dict[str, Any]:
+        """won, success_turn, turns, reward, invalid, task_id of one episode."""
+
+    @abc.abstractmethod
+    def update_rows(self, episodes) -> list[dict[str, np.ndarray]]:
+        """Rows for old_terms / pg_step (with ``old_logp`` = the sampling log-probs)."""
+
+    @abc.abstractmethod
+    def matrices(self, episodes, rows, values: list[np.ndarray]):
+        """(rewards_EX, mask_EX, turn_end_EX, values_EX) for the estimators."""
+
+    @abc.abstractmethod
+    def attach(self, episodes, rows, adv_EX, ret_EX, old, ref, values) -> None:
+        """Writes adv / ret / old_value / ref_logp into ``rows`` (in place)."""
+
+    def pack(self, rows, num_rows: int, purpose: str) -> dict[str, np.ndarray]:
+        """Pads rows into a fixed shape; records the shape per purpose (compiles = shapes)."""
+        batch = buckets.pack_rows(rows, length_buckets=self.c.rollout.length_buckets,
+                                  num_rows=num_rows, pad_values=self.pad_values)
+        self.shapes_seen.setdefault(purpose, set()).add(batch["tokens"].shape)
+        return batch
+
+    pad_values: dict[str, Any] = {}
+
+    # ----- state ---------------------------------------------------------------------------
+    def _sft_state(self):
+        params = self.init_params(jax.random.key(self.c.seed))
+        return optim.TrainState(step=jnp.int32(0), params=params,
+                                opt_state=self.sft_opt.init(params), value_params={},
+                                value_opt_state={})
+
+    def _rl_state(self, params):
+        vparams, vopt = {}, {}
+        if self.spec.needs_critic:
+            vparams = self.init_value_params(jax.random.key(self.c.seed + 1))
+            vopt = self.critic_opt.init(vparams)
+        return optim.TrainState(step=jnp.int32(0), params=params,
+                                opt_state=self.rl_opt.init(params), value_params=vparams,
+                                value_opt_state=vopt)
+
+    def _save(self, state, ref, meta):
+        meta["ckpt_index"] += 1
+        self.ckpt.save(int(meta["ckpt_index"]), {"state": state, "ref": ref}, meta)
+
+    def _restore(self):
+        """(state, ref, meta) from the latest checkpoint, or a fresh start."""
+        state = self._sft_state()
+        meta = {"phase": SFT, "sft_step": 0, "iteration": 0, "ckpt_index": 0, "evals": {}}
+        if self.ckpt.latest_step() is None:
+            return state, state.params, meta
+        if self.ckpt.read_meta()["phase"] != SFT:
+            state = self._rl_state(state.params)
+        restored, meta = self.ckpt.restore({"state": state, "ref": state.params})
+        logging.info("Resumed from checkpoint: phase %s, sft_step %d, iteration %d",
+                     meta["phase"], meta["sft_step"], meta["iteration"])
+        return restored["state"], restored["ref"], meta
+
+    # ----- pieces of the schedule ------------------------------------------------------------
+    def evaluate(self, params, pool, tag: str, *, sampled: bool) -> dict[str, Any]:
+        """Greedy success on both held-out splits; Pass@(K,T) from sampled episodes."""
+        c = self.c
+        out: dict[str, Any] = {}
+        key = jax.random.fold_in(jax.random.key(c.seed), 10_000_000)
+        for split in ("eval", "eval_hard"):
+            tasks = self.sets[split]
+            if not tasks:
+                continue
+            views = self._play_all(params, pool, tasks, 1, host_rng(c.seed, EVAL_RNG), True, key)
+            out[split] = success_summary(views)
+            if sampled and split == "eval" and c.eval.num_samples > 0:
+                views = self._play_all(params, pool, tasks, c.eval.num_samples,
+                                       host_rng(c.seed, EVAL_RNG, 1), False, key)
+                by_task: dict[str, list] = {}
+                for v in views:
+                    by_task.setdefault(v["task_id"], []).append(v)
+                out["pass_at_k_t"] = passk.estimate_pass_at_k_t(
+                    by_task, c.eval.pass_ks, c.eval.pass_ts, mode="single_run").to_json()
+        logging.info("eval %s: %s", tag, {k: round(v["success"], 3) for k, v in out.items()
+                                           if "success" in v})
+        return out
+
+    def _play_all(self, params, pool, tasks, samples, rng, greedy, key):
+        views = []
+        per_chunk = max(1, self.batch_rows // samples)
+        for start in range(0, len(tasks), per_chunk):
+            chunk = list(tasks[start:start + per_chunk])
+            eps = self.play(params, pool, chunk, group_size=samples,
+                            budgets=[self.c.turns.eval_max_turns] * (len(chunk) * samples),
+                            rng=rng, greedy=greedy, key=jax.random.fold_in(key, start))
+            views += [self.view(e) for e in eps]
+        return views
+
+    def _sft(self, state, meta):
+        c = self.c
+        steps_per_epoch = -(-len(self.sft_rows) // c.sft.batch_rows)
+        while meta["sft_step"] < self.sft_steps and not self.preempted:
+            epoch, k = divmod(meta["sft_step"], steps_per_epoch)
+            order = host_rng(c.seed, SFT_RNG, epoch).permutation(len(self.sft_rows))
+            idx = order[k * c.sft.batch_rows:(k + 1) * c.sft.batch_rows]
+            batch = self.pack([self.sft_rows[i] for i in idx], c.sft.batch_rows, "sft")
+            state, m = self.sft_step(state, to_device(batch))
+            meta["sft_step"] += 1
+            if meta["sft_step"] % c.log.every_steps == 0 or meta["sft_step"] == self.sft_steps:
+                self.writer.write(meta["sft_step"], jax.device_get(m))
+        return state
+
+    def _old_terms(self, state, ref, rows):
+        """Per-row (current log-prob, reference log-prob, value) over fixed-size chunks."""
+        mb = self.c.rl.minibatch_rows
+        old, refl, vals = [], [], []
+        for start in range(0, len(rows), mb):
+            chunk = rows[start:start + mb]
+            lp, rl_, v = jax.device_get(self.old_terms(state.params, ref, state.value_params,
+                                                       to_device(self.pack(chunk, mb, "old"))))
+            for j, row in enumerate(chunk):
+                n = len(row["tokens"])
+                cut = (lambda x: x[j]) if np.ndim(lp) == 1 else (lambda x: x[j, :n])
+                old.append(cut(lp)), refl.append(cut(rl_)), vals.append(cut(v))
+        return old, refl, vals
+
+    def _rl_iteration(self, state, ref, pool, it):
+        c = self.c
+        t0 = time.time()
+        rng = host_rng(c.seed, COLLECT_RNG, it)
+        tasks = list(rng.choice(self.sets["train"], size=c.rollout.tasks_per_iter, replace=False))
+        budgets = budgets_for(c, len(tasks) * c.rollout.group_size, rng)
+        eps = self.play(state.params, pool, tasks, group_size=c.rollout.group_size,
+                        budgets=budgets, rng=rng, greedy=False,
+                        key=jax.random.fold_in(jax.random.key(c.seed), it))
+        t_roll = time.time() - t0
+        rows = self.update_rows(eps)
+        old, refl, vals = self._old_terms(state, ref, rows)
+        rewards, mask, turn_end, values = self.matrices(eps, rows, vals)
+        if c.rl.kl_coef > 0 and not c.rl.kl_in_loss:  # KL to the reference folded into rewards
+            rewards = rewards - c.rl.kl_coef * self.kl_matrix(eps, rows, old, refl)
+        inputs = estimators.EstimatorInputs(
+            rewards_BL=jnp.asarray(rewards), mask_BL=jnp.asarray(mask),
+            row_weight_B=jnp.ones((len(eps),), jnp.float32),
+            values_BL=jnp.asarray(values) if self.spec.needs_critic else None,
+            turn_end_BL=jnp.asarray(turn_end),
+            group_ids_B=jnp.asarray([self.view(e)["group_id"] for e in eps], jnp.int32))
+        adv, ret = jax.device_get(estimators.compute_advantages(
+            self.spec.name, inputs, gamma=c.rl.gamma, lam=c.rl.lam, use_std=c.rl.grpo_use_std))
+        self.attach(eps, rows, adv, ret, old, refl, vals)
+        t1 = time.time()
+        shuffle = host_rng(c.seed, SHUFFLE_RNG, it)
+        acc: dict[str, list] = {}
+        eff = []
+        mb = c.rl.minibatch_rows
+        for _ in range(c.rl.epochs):
+            order = shuffle.permutation(len(rows))
+            for start in range(0, len(rows), mb):
+                batch = self.pack([rows[j] for j in order[start:start + mb]], mb, "pg")
+                eff.append(buckets.padding_efficiency(batch))
+                state, m = self.pg_step(state, to_device(batch))
+                for k, v in m.items():
+                    acc.setdefault(k, []).append(v)
+        metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
+        views = [self.view(e) for e in eps]
+        n_turns = sum(v["turns"] for v in views)
+        sampled = np.concatenate([np.ravel(r["old_logp"][r["loss_mask"] > 0]) if "loss_mask" in r
+                                  else np.ravel(r["old_logp"]) for r in rows])
+        recomputed = np.concatenate([np.ravel(o[r["loss_mask"] > 0]) if "loss_mask" in r
+                                     else np.ravel(o) for o, r in zip(old, rows)])
+        metrics.update({
+            "rollout/success": float(np.mean([v["won"] for v in views])),
+            "rollout/return": float(np.mean([v["reward"] for v in views])),
+            "rollout/episode_turns": n_turns / len(views),
+            "rollout/invalid_rate": sum(v["invalid"] for v in views) / max(1, n_turns),
+            "rollout/logp_mismatch_max": float(np.max(np.abs(sampled - recomputed))),
+            "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
+            "perf/padding_efficiency": float(np.mean(eff)),
+            "perf/turns_per_s": n_turns / max(t_roll, 1e-9)})
+        return state, metrics
+
+    def kl_matrix(self, eps, rows, old, ref):
+        raise NotImplementedError("KL in the reward is not supported by this interface; set "
+                                  "rl.kl_in_loss=True.")
+
+    # ----- the schedule ------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        c = self.c
+        state, ref, meta = self._restore()
+        pool = EnvPool(EnvSpec(c.env.family, data.env_kwargs(c, admissible=self.needs_admissible)),
+                       num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
+        old_handler = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "preempted", True))
+        try:
+            if meta["phase"] == SFT:
+                state = self._sft(state, meta)
+                if self.preempted:
+                    self._save(state, state.params, meta)
+                    raise Preempted(f"SIGTERM during SFT at step {meta['sft_step']}; saved.")
+                meta["evals"]["start"] = self.evaluate(state.params, pool, "start", sampled=True)
+                meta["phase"] = RL
+                ref = jax.tree.map(jnp.copy, state.params)  # pg_step donates state.params
+                state = self._rl_state(state.params)
+                self._save(state, ref, meta)
+            while meta["phase"] == RL and meta["iteration"] < self.rl_iters:
+                state, m = self._rl_iteration(state, ref, pool, meta["iteration"])
+                meta["iteration"] += 1
+                step = self.sft_steps + meta["iteration"]
+                self.writer.write(step, m)
+                if c.eval.every_iters and meta["iteration"] % c.eval.every_iters == 0:
+                    e = self.evaluate(state.params, pool, f"iter {meta['iteration']}", sampled=False)
+                    self.writer.write(step, {f"eval/{k}_success": v["success"]
+                                             for k, v in e.items() if "success" in v})
+                if self.preempted or meta["iteration"] % c.checkpoint.every_iters == 0:
+                    self._save(state, ref, meta)
+                if self.preempted:
+                    raise Preempted(f"SIGTERM at RL iteration {meta['iteration']}; saved.")
+            if meta["phase"] == RL:
+                meta["evals"]["final"] = self.evaluate(state.params, pool, "final", sampled=True)
+                meta["phase"] = DONE
+                self._save(state, ref, meta)
+            return {"plan": self.plan, "sft_rows": len(self.sft_rows), "rl_iters": self.rl_iters,
+                    "evals": meta["evals"], "state": state, "ref": ref}
+        finally:
+            signal.signal(signal.SIGTERM, old_handler)
+            pool.close()
+            self.ckpt.close()
+            self.writer.close()

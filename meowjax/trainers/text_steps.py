@@ -1,0 +1,123 @@
+"""Jitted steps for free-text actions (the Practitioner's Guide recipe): one row per episode.
+
+Rows are whole multi-turn token sequences ``[B, L]`` (see ``meowjax.rollout.episodes``). The
+log-prob of token t comes from the logits at t - 1:
+
+    logp_BL[:, t] = log_softmax(logits_BL[:, t - 1] / tau)[tokens[:, t]],   logp_BL[:, 0] = 0
+
+and the value of the state before token t is read at t - 1 likewise. Only ``loss_mask`` tokens
+(the agent's, including its end-of-turn token) enter any loss.
+
+  SFT:  L = -token_mean(logp) over agent tokens of expert episodes
+  PG:   L = PPO_clip(logp, old logp, A) - c_ent H + c_kl KL_k(pi || pi_ref) [+ value loss]
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from meowjax.models import lm
+from meowjax.models.config import ModelConfig
+from meowjax.rl import losses, reduce
+
+
+def _shift_right(x_BL: jax.Array) -> jax.Array:
+    """out[:, t] = x[:, t - 1], out[:, 0] = 0 (predictions from the previous position)."""
+    return jnp.pad(x_BL[:, :-1], ((0, 0), (1, 0)))
+
+
+def token_terms(params, cfg: ModelConfig, batch: dict, temperature: float):
+    """(logp_BL, entropy_BL) aligned with the tokens they score."""
+    positions = lm.positions_from_mask(batch["mask"])
+    logits = lm.forward(params, cfg, batch["tokens"], positions, batch["mask"])
+    scaled = logits / temperature
+    logp_BL = _shift_right(lm.token_logprobs(scaled[:, :-1], batch["tokens"][:, 1:]))
+    ent_BL = _shift_right(losses.entropy_from_logits(scaled)[:, :-1])
+    return logp_BL, ent_BL
+
+
+def token_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
+    """V_BL: the critic's value of the state before each token (trunk + linear head)."""
+    positions = lm.positions_from_mask(batch["mask"])
+    hidden = lm.hidden_states(vparams, cfg, batch["tokens"], positions, batch["mask"])
+    v = hidden.astype(jnp.float32) @ vparams["value_head"]["kernel"] + vparams["value_head"]["bias"]
+    return _shift_right(v)
+
+
+def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation):
+    def loss_fn(params, batch):
+        logp, _ = token_terms(params, cfg, batch, 1.0)
+        nll = -reduce.masked_aggregate(logp, batch["loss_mask"], batch["row_weight"], "token_mean")
+        return nll, {"sft/loss": nll}
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(state, batch):
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        metrics["sft/grad_norm"] = optax.global_norm(grads)
+        metrics["sft/skipped"] = opt_state.total_notfinite.astype(jnp.float32)
+        return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                             opt_state=opt_state), metrics
+
+    return step
+
+
+def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
+                 temperature: float, needs_critic: bool):
+    clip_high = algo.clip_eps_high if algo.clip_eps_high > 0 else None
+    dual = algo.dual_clip if algo.dual_clip > 0 else None
+
+    def policy_loss(params, batch):
+        logp, ent = token_terms(params, cfg, batch, temperature)
+        lm_mask, w = batch["loss_mask"], batch["row_weight"]
+        pg, m = losses.ppo_policy_loss(logp, batch["old_logp"], batch["adv"], lm_mask, w,
+                                       clip_eps=algo.clip_eps, clip_eps_high=clip_high,
+                                       dual_clip=dual, agg=algo.get("agg", "token_mean"))
+        ent_mean = reduce.masked_mean(ent, lm_mask, w)
+        kl = losses.kl_loss(logp, batch["ref_logp"], lm_mask, w, kind=algo.kl_kind)
+        loss = pg - algo.entropy_coef * ent_mean
+        if algo.kl_in_loss:
+            loss = loss + algo.kl_coef * kl
+        return loss, {"pg/policy_loss": pg, "pg/entropy": ent_mean, "pg/kl_ref": kl,
+                      "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"]}
+
+    def critic_loss(vparams, batch):
+        v = token_values(vparams, cfg, batch)
+        clip = algo.value_clip if algo.value_clip > 0 else None
+        loss, m = losses.value_loss(v, batch["old_value"], batch["ret"], batch["loss_mask"],
+                                    batch["row_weight"], clip=clip)
+        return loss, {"pg/value_loss": loss, "pg/value_clip_fraction": m["clip_fraction"]}
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(state, batch):
+        (_, metrics), grads = jax.value_and_grad(policy_loss, has_aux=True)(state.params, batch)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        metrics["pg/grad_norm"] = optax.global_norm(grads)
+        metrics["pg/skipped"] = opt_state.total_notfinite.astype(jnp.float32)
+        vparams, vopt = state.value_params, state.value_opt_state
+        if needs_critic:
+            (_, vm), vgrads = jax.value_and_grad(critic_loss, has_aux=True)(vparams, batch)
+            vupdates, vopt = value_optimizer.update(vgrads, vopt, vparams)
+            vparams = optax.apply_updates(vparams, vupdates)
+            metrics.update(vm)
+        return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                             opt_state=opt_state, value_params=vparams,
+                             value_opt_state=vopt), metrics
+
+    return step
+
+
+def make_old_terms(cfg: ModelConfig, *, temperature: float, needs_critic: bool):
+    """jit(params, ref_params, vparams, batch) -> (logp_BL, ref_logp_BL, values_BL)."""
+    @jax.jit
+    def old_terms(params, ref_params, vparams, batch):
+        logp, _ = token_terms(params, cfg, batch, temperature)
+        ref, _ = token_terms(ref_params, cfg, batch, temperature)
+        values = token_values(vparams, cfg, batch) if needs_critic else jnp.zeros_like(logp)
+        return logp, ref, values
+    return old_terms
