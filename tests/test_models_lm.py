@@ -45,6 +45,11 @@ def test_cached_prefill_and_decode_equal_forward():
         return jnp.concatenate([first] + rest, axis=1), cache
 
     logits, cache = cached(params)
+    # The explicit-mask entry point with mask = causal & real(key) is the same forward.
+    length = tokens.shape[1]
+    mask_BLS = np.tril(np.ones((length, length), bool))[None] & (mask[:, None, :] > 0)
+    hidden = jax.jit(lm.hidden_states_masked, static_argnums=1)(params, CFG, tokens, pos, mask_BLS)
+    np.testing.assert_allclose(lm.logits_from_hidden(params, CFG, hidden), full, atol=1e-5)
     real = mask.astype(bool)
     np.testing.assert_allclose(np.asarray(logits)[real], np.asarray(full)[real], atol=1e-5)
     assert int(cache.index) == 7

@@ -275,8 +275,23 @@ def hidden_states(
     length = tokens_BL.shape[1]
     causal_LL = jnp.tril(jnp.ones((length, length), bool))
     mask_BLS = causal_LL[None] & (mask_BL[:, None, :] > 0)
+    return hidden_states_masked(params, cfg, tokens_BL, positions_BL, mask_BLS)
+
+
+def hidden_states_masked(
+    params: Params, cfg: ModelConfig, tokens_BL: jax.Array, positions_BL: jax.Array,
+    mask_BLS: jax.Array,
+) -> jax.Array:
+    """Final hidden states [B, L, E] under an explicit attention mask.
+
+    mask_BLS[b, i, j] = True lets query i attend to key j (e.g. block masks for packed rows);
+    `hidden_states` is this with mask = causal & real(key).
+    """
+    chex.assert_rank([tokens_BL, positions_BL, mask_BLS], [2, 2, 3])
+    chex.assert_equal_shape([tokens_BL, positions_BL])
+    chex.assert_shape(mask_BLS, (*tokens_BL.shape, tokens_BL.shape[1]))
     hidden, _ = _trunk_apply(
-        params, cfg, tokens_BL, positions_BL, mask_BLS, None, jnp.zeros((), jnp.int32)
+        params, cfg, tokens_BL, positions_BL, mask_BLS.astype(bool), None, jnp.zeros((), jnp.int32)
     )
     return hidden
 
