@@ -1,0 +1,261 @@
+"""Ahead-of-time compile checks: does a pod-sized update step / sampler compile, and fit?
+
+No weights are allocated: parameters, optimizer state, batch and KV cache are
+`jax.ShapeDtypeStruct`s (`lm.abstract_params`), placed with the ONE sharding rule table
+(`meowjax.sharding.LOGICAL_RULES`) on a mesh, and each function goes through
+`jax.jit(f, in_shardings=..., out_shardings=...).lower(abstract args).compile()`.
+`compiled.memory_analysis()` then gives the per-device bytes:
+
+    per_device = arguments + outputs - aliased (donated) + temporaries (+ generated code)
+
+No TPU topology is available offline (libtpu is not installed), so the mesh is a simulated CPU
+mesh: each target runs in a subprocess with
+`XLA_FLAGS=--xla_force_host_platform_device_count=<mesh size>`. The CPU compiler's buffer
+assignment is an estimate of what a TPU/GPU compile would need (it may keep fp32 copies of bf16
+operands that an accelerator would not), not a guarantee.
+
+Targets (name = function:preset):
+    update   the free-text PG step (forward + backward + AdamW, no critic) on [B, L] rows
+    prefill  `lm.decode_step` of a [B, P] prompt into a P + T slot KV cache
+    decode   `lm.decode_step` of one token per row through that cache
+
+    python -m benchmarks.aot                       # the default plan (see PLAN) -> RESULTS.md
+    python -m benchmarks.aot --targets=update:tiny --mesh=fsdp=2,tensor=2 --batch=4 --length=32
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+GIB = 1024 ** 3
+FITS = (16, 32, 80)  # device memory sizes checked, GiB
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One compile: function, preset, mesh (fsdp x tensor), shapes and numerics."""
+
+    fn: str              # update | prefill | decode
+    preset: str
+    fsdp: int = 1
+    tensor: int = 1
+    batch: int = 8       # rows (update) or prompts (sampler)
+    length: int = 512    # row length (update) or prompt length P (sampler)
+    new_tokens: int = 256  # T, decode steps the cache has room for (sampler)
+    dtype: str = "float32"  # compute and parameter dtype
+    remat: bool = False
+
+    @property
+    def devices(self) -> int:
+        return self.fsdp * self.tensor
+
+
+def _plan() -> list[Target]:
+    """Small presets on one device (fp32); Qwen2.5 1.5B/7B bf16 on fsdp=16 x tensor=4."""
+    small = [Target("update", p, batch=8, length=512) for p in
+             ("tiny", "small", "smollm2-135m", "qwen2.5-0.5b")]
+    big = []
+    for preset in ("qwen2.5-1.5b", "qwen2.5-7b"):
+        mesh = dict(fsdp=16, tensor=4, dtype="bfloat16")
+        big += [Target("update", preset, batch=32, length=1024, remat=True, **mesh),
+                Target("prefill", preset, batch=64, length=1024, **mesh),
+                Target("decode", preset, batch=64, length=1024, **mesh)]
+    return small + big
+
+
+PLAN = _plan()
+
+
+def compile_target(t: Target) -> dict:
+    """Lowers and compiles one target in this process (needs t.devices devices)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from benchmarks import train_step
+    from meowjax import sharding
+    from meowjax.models import config as config_lib
+    from meowjax.models import lm
+    from meowjax.trainers import optim, text_steps
+
+    if jax.device_count() < t.devices:
+        raise RuntimeError(
+            f"{t} needs {t.devices} devices but jax sees {jax.device_count()}; run it through "
+            "`python -m benchmarks.aot` (which sets XLA_FLAGS in a subprocess).")
+    cfg = config_lib.get_preset(t.preset, dtype=t.dtype, param_dtype=t.dtype, remat=t.remat)
+    mesh = sharding.make_mesh([("data", 1), ("fsdp", t.fsdp), ("tensor", t.tensor)],
+                              devices=jax.devices()[: t.devices])
+    rep = sharding.replicated(mesh)
+    params_abs = lm.abstract_params(cfg)
+    params_sh = sharding.tree_shardings(lm.logical_axes(cfg), mesh, params_abs)
+
+    def spec(axes, shape):
+        return NamedSharding(mesh, sharding.logical_to_spec(axes, sharding.LOGICAL_RULES, mesh,
+                                                            shape))
+
+    if t.fn == "update":
+        train_step.ensure_token_terms_shape(cfg)
+        optimizer = optim.make_optimizer(1e-6, warmup_steps=1, total_steps=100, grad_clip=1.0)
+        step = text_steps.make_pg_step(cfg, optimizer, optimizer, train_step.pg_algo(),
+                                       temperature=1.0, needs_critic=False)
+        state_abs = optim.TrainState(
+            step=jax.ShapeDtypeStruct((), jnp.int32), params=params_abs,
+            opt_state=jax.eval_shape(optimizer.init, params_abs), value_params={},
+            value_opt_state={})
+        state_sh = optim.TrainState(
+            step=rep, params=params_sh,
+            opt_state=sharding.opt_state_shardings(optimizer, params_abs, params_sh, mesh),
+            value_params={}, value_opt_state={})
+        example = train_step.make_batch(cfg.replace(vocab_size=8), 1, 2)
+        batch_abs = {k: jax.ShapeDtypeStruct((t.batch, t.length)[: v.ndim], v.dtype)
+                     for k, v in example.items()}
+        batch_sh = {k: sharding.batch_sharding(mesh) for k in batch_abs}
+        fn = jax.jit(lambda s, b: step(s, b), in_shardings=(state_sh, batch_sh),
+                     out_shardings=(state_sh, rep), donate_argnums=0)
+        args = (state_abs, batch_abs)
+    else:
+        slots = t.length + t.new_tokens
+        length = t.length if t.fn == "prefill" else 1
+        cache_abs = jax.eval_shape(lambda: lm.init_cache(cfg, t.batch, slots))
+        kv_axes = ("layers", "batch", "length", "kv_heads", "head_dim")
+        cache_sh = lm.KVCache(k_NBSKD=spec(kv_axes, cache_abs.k_NBSKD.shape),
+                              v_NBSKD=spec(kv_axes, cache_abs.v_NBSKD.shape),
+                              mask_BS=spec(("batch", "length"), cache_abs.mask_BS.shape),
+                              index=rep)
+        tok_abs = jax.ShapeDtypeStruct((t.batch, length), jnp.int32)
+        tok_sh = spec(("batch", "length"), tok_abs.shape)
+        logits_sh = spec(("batch", "length", "vocab"), (t.batch, length, cfg.vocab_size))
+
+        def sample_fn(params, tokens_BL, positions_BL, mask_BL, cache):
+            return lm.decode_step(params, cfg, tokens_BL, positions_BL, cache, mask_BL)
+
+        fn = jax.jit(sample_fn, in_shardings=(params_sh, tok_sh, tok_sh, tok_sh, cache_sh),
+                     out_shardings=(logits_sh, cache_sh), donate_argnums=4)
+        args = (params_abs, tok_abs, tok_abs, tok_abs, cache_abs)
+
+    start = time.perf_counter()
+    compiled = fn.lower(*args).compile()
+    seconds = time.perf_counter() - start
+    m = compiled.memory_analysis()
+    total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+             + m.temp_size_in_bytes + m.generated_code_size_in_bytes)
+    return dict(dataclasses.asdict(t), params=config_lib.num_params(cfg),
+                compile_s=round(seconds, 1), argument_bytes=m.argument_size_in_bytes,
+                output_bytes=m.output_size_in_bytes, alias_bytes=m.alias_size_in_bytes,
+                temp_bytes=m.temp_size_in_bytes, code_bytes=m.generated_code_size_in_bytes,
+                per_device_bytes=total)
+
+
+def run_in_subprocess(t: Target, timeout_s: float) -> dict:
+    """Compiles `t` in a child process that sees `t.devices` CPU devices."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                        f" --xla_force_host_platform_device_count={t.devices}").strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    cmd = [sys.executable, "-m", "benchmarks.aot", "--child", json.dumps(dataclasses.asdict(t))]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True,
+                             timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return dict(dataclasses.asdict(t), error=f"compile over {timeout_s:.0f} s")
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return dict(dataclasses.asdict(t), error=tail[:300])
+    return json.loads(lines[-1])
+
+
+def describe(r: dict) -> str:
+    """One printed line per target."""
+    name = f"{r['fn']}:{r['preset']} mesh fsdp={r['fsdp']} x tensor={r['tensor']}"
+    if "error" in r:
+        return f"{name}: FAILED: {r['error']}"
+    fits = " ".join(f"{g}GB:{'yes' if r['per_device_bytes'] <= g * GIB else 'no'}" for g in FITS)
+    return (f"{name} B={r['batch']} L={r['length']} {r['dtype']}{' remat' if r['remat'] else ''}:"
+            f" {r['per_device_bytes'] / GIB:.2f} GiB/device (args {r['argument_bytes'] / GIB:.2f},"
+            f" temp {r['temp_bytes'] / GIB:.2f}) | fits {fits} | compile {r['compile_s']} s")
+
+
+def markdown_table(results: list[dict]) -> str:
+    lines = [f"\n### AOT compile and per-device memory (`benchmarks/aot.py`)", "",
+             f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, simulated CPU devices "
+             f"(`--xla_force_host_platform_device_count`), {datetime.date.today().isoformat()}. "
+             "Memory = arguments + outputs - donated + temporaries, per device, from "
+             "`compiled.memory_analysis()` of the CPU compiler (an estimate for TPU/GPU).", "",
+             "| function | preset | params | mesh (fsdp x tensor) | shapes | dtype | GiB/device | "
+             "args GiB | temp GiB | fits 16/32/80 GB | compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        shapes = (f"B={r['batch']} L={r['length']}" if r["fn"] == "update" else
+                  f"B={r['batch']} P={r['length']} T={r['new_tokens']}")
+        dtype = r["dtype"] + (" remat" if r["remat"] else "")
+        head = f"| {r['fn']} | {r['preset']} | "
+        if "error" in r:
+            lines.append(head + f"- | {r['fsdp']} x {r['tensor']} | {shapes} | {dtype} | "
+                         f"failed: {r['error'][:120]} | | | | |")
+            continue
+        fits = "/".join("yes" if r["per_device_bytes"] <= g * GIB else "no" for g in FITS)
+        lines.append(
+            head + f"{r['params'] / 1e9:.2f}B | {r['fsdp']} x {r['tensor']} | {shapes} | {dtype} "
+            f"| {r['per_device_bytes'] / GIB:.2f} | {r['argument_bytes'] / GIB:.2f} | "
+            f"{r['temp_bytes'] / GIB:.2f} | {fits} | {r['compile_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_targets(args) -> list[Target]:
+    if not args.targets:
+        return PLAN
+    mesh = dict(kv.split("=") for kv in args.mesh.split(",") if kv)
+    unknown = set(mesh) - {"fsdp", "tensor"}
+    if unknown:
+        raise ValueError(f"--mesh knows fsdp and tensor, not {sorted(unknown)}; e.g. "
+                         "--mesh=fsdp=16,tensor=4.")
+    out = []
+    for item in args.targets.split(","):
+        fn, _, preset = item.partition(":")
+        if fn not in ("update", "prefill", "decode") or not preset:
+            raise ValueError(f"--targets item {item!r} must be update|prefill|decode:<preset>.")
+        out.append(Target(fn, preset, fsdp=int(mesh.get("fsdp", 1)),
+                          tensor=int(mesh.get("tensor", 1)), batch=args.batch,
+                          length=args.length, new_tokens=args.new_tokens, dtype=args.dtype,
+                          remat=args.remat))
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--targets", default="", help="fn:preset,... (default: the PLAN)")
+    parser.add_argument("--mesh", default="fsdp=1,tensor=1")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--new_tokens", type=int, default=256)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--remat", action="store_true")
+    parser.add_argument("--timeout_s", type=float, default=600)
+    parser.add_argument("--results", default=DEFAULT_RESULTS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(compile_target(Target(**json.loads(args.child)))), flush=True)
+        return []
+    results = []
+    for t in parse_targets(args):
+        results.append(run_in_subprocess(t, args.timeout_s))
+        print(describe(results[-1]), flush=True)
+    if args.results:
+        with open(args.results, "a", encoding="utf-8") as f:
+            f.write(markdown_table(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

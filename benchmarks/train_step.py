@@ -1,0 +1,286 @@
+"""Training-step throughput: our jitted PG update vs the same model + AdamW in PyTorch.
+
+One update = forward + backward + global-norm clip + AdamW over a [B, L] batch of whole
+episodes, with the free-text policy-gradient loss (PPO clip + entropy and KL metrics, no
+critic) of `meowjax.trainers.text_steps.make_pg_step`. The PyTorch side is `transformers`'
+Llama/Qwen2ForCausalLM loaded from the same weights (exported with `hf_io`), the same loss
+written in torch, `clip_grad_norm_` and `torch.optim.AdamW` (b1=0.9, b2=0.95). Both losses on
+the first batch are printed so the reader can see the two sides compute the same thing.
+
+Compute efficiency, measured in the same run:
+    peak   = 2 n^3 / t  of an n x n fp32 (or --dtype) matmul in jnp (best of a few)
+    MFU    = 6 * N_params * tokens_per_s / peak         (attention FLOPs not counted)
+
+    python -m benchmarks.train_step                             # tiny + smollm2-135m sized
+    python -m benchmarks.train_step --presets=tiny --batch=2 --length=32 --repeats=1
+    python -m benchmarks.train_step --presets=qwen2.5-0.5b --dtype=bfloat16 --device=cuda
+
+Appends a Markdown table to benchmarks/RESULTS.md (``--results=''`` to skip). Speed is never
+asserted: this prints ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import functools
+import os
+import platform
+import tempfile
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs import common
+from meowjax.models import config as config_lib
+from meowjax.models import hf_io, lm
+from meowjax.rl import losses
+from meowjax.trainers import optim, text_steps
+
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+CLIP_EPS, LR, GRAD_CLIP = 0.2, 1e-5, 1.0
+
+
+@dataclasses.dataclass
+class StepResult:
+    """One preset's measurements (tokens/s counts every slot of the [B, L] batch)."""
+
+    preset: str
+    params: int
+    batch: int
+    length: int
+    dtype: str
+    ours_tok_s: float
+    torch_tok_s: float | None
+    peak_flops: float
+    ours_loss: float
+    torch_loss: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.torch_tok_s is None else self.ours_tok_s / self.torch_tok_s
+
+    def mfu(self, tok_s: float | None) -> float | None:
+        return None if tok_s is None else 6.0 * self.params * tok_s / self.peak_flops
+
+
+def time_best(fn: Callable[[], object], repeats: int, sync: Callable[[object], object]) -> float:
+    """Best wall time of `repeats` calls after one warm-up (compile), syncing each result."""
+    sync(fn())
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sync(fn())
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def matmul_peak(n: int = 2048, dtype: str = "float32", repeats: int = 5) -> float:
+    """Measured FLOP/s of an n x n @ n x n matmul in jnp: 2 n^3 / best time."""
+    a = jax.random.normal(jax.random.key(1), (n, n), jnp.dtype(dtype))
+    b = jax.random.normal(jax.random.key(2), (n, n), jnp.dtype(dtype))
+    mm = jax.jit(jnp.matmul)
+    seconds = time_best(lambda: mm(a, b), repeats, jax.block_until_ready)
+    return 2.0 * n ** 3 / seconds
+
+
+def make_batch(cfg: config_lib.ModelConfig, batch: int, length: int, seed: int = 0
+               ) -> dict[str, np.ndarray]:
+    """A free-text PG batch [B, L]: random tokens, all real, agent tokens on ~half the slots."""
+    rng = np.random.default_rng(seed)
+    shape = (batch, length)
+    loss_mask = (rng.random(shape) < 0.5).astype(np.float32)
+    loss_mask[:, 0] = 0.0
+    return {
+        "tokens": rng.integers(3, cfg.vocab_size, size=shape).astype(np.int32),
+        "mask": np.ones(shape, np.int32),
+        "loss_mask": loss_mask,
+        "old_logp": (-np.log(cfg.vocab_size) + 0.1 * rng.standard_normal(shape)).astype(np.float32),
+        "adv": rng.standard_normal(shape).astype(np.float32),
+        "ret": rng.standard_normal(shape).astype(np.float32),
+        "old_value": np.zeros(shape, np.float32),
+        "ref_logp": np.full(shape, -np.log(cfg.vocab_size), np.float32),
+        "row_weight": np.ones((batch,), np.float32),
+    }
+
+
+def pg_algo():
+    """The PG hyper-parameters of the base config (PPO clip 0.2, no KL/entropy in the loss)."""
+    algo = common.base_config().rl
+    algo.unlock()
+    algo.clip_eps = CLIP_EPS
+    return algo
+
+
+def _fixed_token_terms(params, cfg, batch: dict, temperature: float):
+    """token_terms with logp/entropy aligned to [B, L]: out[:, t] scores token t from t - 1."""
+    logits = lm.forward(params, cfg, batch["tokens"], lm.positions_from_mask(batch["mask"]),
+                        batch["mask"])
+    scaled = logits / temperature
+    pad = lambda x_BT: jnp.pad(x_BT, ((0, 0), (1, 0)))
+    logp_BL = pad(lm.token_logprobs(scaled[:, :-1], batch["tokens"][:, 1:]))
+    ent_BL = pad(losses.entropy_from_logits(scaled[:, :-1]))
+    return logp_BL, ent_BL
+
+
+def ensure_token_terms_shape(cfg) -> None:
+    """Patches `text_steps.token_terms` in this process if it returns [B, L - 1] (a bug seen in
+    d7ebe42: the shifted log-probs lose one column, so the PG/SFT steps fail their chex checks)."""
+    tiny = make_batch(cfg.replace(num_layers=1), 1, 4)
+    params = jax.eval_shape(functools.partial(lm.init_params, cfg), jax.random.key(0))
+    logp, _ = jax.eval_shape(
+        lambda p, b: text_steps.token_terms(p, cfg, b, 1.0), params,
+        {k: jnp.asarray(v) for k, v in tiny.items()})
+    if logp.shape != tiny["tokens"].shape:
+        print(f"WARNING: text_steps.token_terms returns {logp.shape} for tokens "
+              f"{tiny['tokens'].shape}; benchmarking with a locally aligned copy.", flush=True)
+        text_steps.token_terms = _fixed_token_terms
+
+
+def ours_step(cfg, params, batch_np, repeats: int) -> tuple[float, float]:
+    """(seconds per update, first-batch policy loss) of make_pg_step on one device."""
+    ensure_token_terms_shape(cfg)
+    optimizer = optim.make_optimizer(LR, warmup_steps=0, total_steps=1000, grad_clip=GRAD_CLIP)
+    step = text_steps.make_pg_step(cfg, optimizer, optimizer, pg_algo(), temperature=1.0,
+                                   needs_critic=False)
+    state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                             opt_state=optimizer.init(params), value_params={}, value_opt_state={})
+    batch = {k: jnp.asarray(v) for k, v in batch_np.items()}
+    holder = {"state": state}
+
+    def run():
+        holder["state"], metrics = step(holder["state"], batch)
+        return metrics
+
+    first = run()
+    loss = float(first["pg/policy_loss"])
+    seconds = time_best(run, repeats, jax.block_until_ready)
+    return seconds, loss
+
+
+def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str) -> tuple[float, float]:
+    """(seconds per update, first-batch policy loss) of transformers + torch.optim.AdamW."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.0)
+    b = {k: torch.as_tensor(v, device=device) for k, v in batch_np.items()}
+    tokens = b["tokens"].long()
+    autocast = torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
+                              enabled=dtype == "bfloat16")
+
+    def loss_fn() -> torch.Tensor:
+        with autocast:
+            logits = model(input_ids=tokens, attention_mask=b["mask"].long()).logits
+        logp_all = torch.log_softmax(logits.float()[:, :-1], dim=-1)
+        logp = torch.gather(logp_all, -1, tokens[:, 1:, None])[..., 0]
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        mask = b["loss_mask"][:, 1:] * b["row_weight"][:, None]
+        ratio = torch.exp(logp - b["old_logp"][:, 1:])
+        adv = b["adv"][:, 1:]
+        pg = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - CLIP_EPS, 1 + CLIP_EPS))
+        denom = mask.sum().clamp_min(1.0)
+        kl_log = b["ref_logp"][:, 1:] - logp  # k3 = exp(d) - 1 - d, d = ref - logp
+        kl = (torch.expm1(kl_log) - kl_log)
+        _ = ((entropy * mask).sum() / denom).detach(), ((kl * mask).sum() / denom).detach()
+        return (pg * mask).sum() / denom
+
+    def run() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        opt.step()
+        return loss
+
+    def sync(loss: torch.Tensor) -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    with torch.no_grad():
+        first = float(loss_fn())
+    seconds = time_best(run, repeats, sync)
+    return seconds, first
+
+
+def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
+                 with_torch: bool, device: str, peak: float) -> StepResult:
+    """Measures one preset (random init, same weights on both sides) and prints a line."""
+    cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
+    params = lm.init_params(cfg, jax.random.key(0))
+    batch_np = make_batch(cfg, batch, length)
+    t_torch = loss_torch = None
+    if with_torch:
+        with tempfile.TemporaryDirectory() as tmp:
+            hf_io.save_hf_checkpoint(tmp, cfg.replace(dtype="float32"), params)
+            t_torch, loss_torch = torch_step(tmp, batch_np, repeats, dtype, device)
+    t_ours, loss_ours = ours_step(cfg, params, batch_np, repeats)
+    n_tok = batch * length
+    res = StepResult(preset, config_lib.num_params(cfg), batch, length, dtype, n_tok / t_ours,
+                     None if t_torch is None else n_tok / t_torch, peak, loss_ours, loss_torch)
+    torch_part = ("" if res.torch_tok_s is None else
+                  f" | torch {res.torch_tok_s:9.1f} tok/s (MFU {res.mfu(res.torch_tok_s):6.1%}) | "
+                  f"ratio {res.ratio:.2f}x | loss ours {loss_ours:.5f} torch {loss_torch:.5f}")
+    print(f"{preset}: {res.params / 1e6:.1f}M params, B={batch} L={length} {dtype} | meowjax "
+          f"{res.ours_tok_s:9.1f} tok/s (MFU {res.mfu(res.ours_tok_s):6.1%}){torch_part}",
+          flush=True)
+    return res
+
+
+def machine_line() -> str:
+    dev = jax.devices()[0]
+    return (f"{platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
+            f"{dev.platform} ({dev.device_kind}), {datetime.date.today().isoformat()}")
+
+
+def markdown_table(results: list[StepResult], peak: float, note: str = "") -> str:
+    """The section appended to RESULTS.md."""
+    fmt = lambda x, spec: "-" if x is None else format(x, spec)
+    lines = [f"\n### Training step (`benchmarks/train_step.py`) {note}".rstrip(), "",
+             f"Machine: {machine_line()}; measured matmul peak {peak / 1e9:.1f} GFLOP/s.", "",
+             "| preset | params | B x L | dtype | meowjax tok/s | torch tok/s | ratio | "
+             "MFU meowjax | MFU torch | loss meowjax / torch |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(
+            f"| {r.preset} | {r.params / 1e6:.1f}M | {r.batch} x {r.length} | {r.dtype} | "
+            f"{r.ours_tok_s:.1f} | {fmt(r.torch_tok_s, '.1f')} | {fmt(r.ratio, '.2f')}x | "
+            f"{r.mfu(r.ours_tok_s):.1%} | {fmt(r.mfu(r.torch_tok_s), '.1%')} | "
+            f"{r.ours_loss:.5f} / {fmt(r.torch_loss, '.5f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> list[StepResult]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", default="tiny,smollm2-135m",
+                        help="comma-separated presets from meowjax.models.config.PRESETS")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", default="float32", choices=config_lib.SUPPORTED_DTYPES,
+                        help="compute dtype (params stay fp32; torch uses autocast for bf16)")
+    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
+    parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
+    parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
+    parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
+    parser.add_argument("--note", default="", help="text added to the table's heading")
+    args = parser.parse_args(argv)
+    peak = matmul_peak(args.peak_n, args.dtype)
+    print(f"{machine_line()}\nmatmul peak ({args.peak_n}^3, {args.dtype}): "
+          f"{peak / 1e9:.1f} GFLOP/s", flush=True)
+    results = [bench_preset(p, args.batch, args.length, args.repeats, args.dtype,
+                            not args.no_torch, args.device, peak)
+               for p in args.presets.split(",") if p]
+    if args.results:
+        with open(args.results, "a", encoding="utf-8") as f:
+            f.write(markdown_table(results, peak, args.note))
+    return results
+
+
+if __name__ == "__main__":
+    main()
