@@ -27,51 +27,42 @@ def test_rope_matches_numpy_loop():
                                   [[0, 0, 0, 1], [0, 1, 2, 2]])
 
 
+_forward = jax.jit(lm.forward, static_argnums=1)
+TOKENS = np.array([[0, 0, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7]], np.int32)
+MASK = np.array([[0, 0, 1, 1, 1, 1, 1], [1] * 7], np.int32)
+POS = np.asarray(lm.positions_from_mask(jnp.asarray(MASK)))
+
+
 def test_cached_prefill_and_decode_equal_forward():
     params = lm.init_params(CFG, jax.random.key(0))
-    tokens = np.array([[0, 0, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7]], np.int32)
-    mask = np.array([[0, 0, 1, 1, 1, 1, 1], [1] * 7], np.int32)
-    pos = lm.positions_from_mask(jnp.asarray(mask))
-    full = jax.jit(lm.forward, static_argnums=1)(params, CFG, tokens, pos, mask)
+    full = _forward(params, CFG, TOKENS, POS, MASK)
 
     @jax.jit
     def cached(params):
         cache = lm.init_cache(CFG, 2, 9)
-        first, cache = lm.decode_step(params, CFG, tokens[:, :4], pos[:, :4], cache, mask[:, :4])
-        rest = []
-        for t in range(4, 7):  # unrolled: three single-token decode steps
-            logits, cache = lm.decode_step(params, CFG, tokens[:, t:t + 1], pos[:, t:t + 1], cache)
-            rest.append(logits)
-        return jnp.concatenate([first] + rest, axis=1), cache
+        first, cache = lm.decode_step(params, CFG, TOKENS[:, :4], POS[:, :4], cache, MASK[:, :4])
+
+        def step(cache, token_pos):  # single-token decode steps for slots 4, 5, 6
+            logits, cache = lm.decode_step(params, CFG, token_pos[0][:, None], token_pos[1][:, None],
+                                           cache)
+            return cache, logits[:, 0]
+
+        cache, rest = jax.lax.scan(step, cache, (TOKENS[:, 4:].T, POS[:, 4:].T))
+        return jnp.concatenate([first, rest.transpose(1, 0, 2)], axis=1), cache
 
     logits, cache = cached(params)
-    # The explicit-mask entry point with mask = causal & real(key) is the same forward.
-    length = tokens.shape[1]
-    mask_BLS = np.tril(np.ones((length, length), bool))[None] & (mask[:, None, :] > 0)
-    hidden = jax.jit(lm.hidden_states_masked, static_argnums=1)(params, CFG, tokens, pos, mask_BLS)
-    np.testing.assert_allclose(lm.logits_from_hidden(params, CFG, hidden), full, atol=1e-5)
-    real = mask.astype(bool)
+    real = MASK.astype(bool)
     np.testing.assert_allclose(np.asarray(logits)[real], np.asarray(full)[real], atol=1e-5)
     assert int(cache.index) == 7
-    np.testing.assert_array_equal(cache.mask_BS[:, :7], mask)
+    np.testing.assert_array_equal(cache.mask_BS[:, :7], MASK)
 
 
-def test_bf16_forward_close_to_fp32_and_remat_gradients_equal():
-    params = lm.init_params(CFG, jax.random.key(1))
-    tokens = jax.random.randint(jax.random.key(2), (2, 8), 0, CFG.vocab_size)
-    mask = jnp.ones((2, 8), jnp.int32)
-    pos = lm.positions_from_mask(mask)
-    cfg16 = CFG.replace(dtype="bfloat16")
-    f32 = jax.jit(lm.forward, static_argnums=1)(params, CFG, tokens, pos, mask)
-    b16 = jax.jit(lm.forward, static_argnums=1)(params, cfg16, tokens, pos, mask)
+def test_bf16_forward_close_to_fp32():
+    params = lm.init_params(CFG, jax.random.key(0))
+    f32 = _forward(params, CFG, TOKENS, POS, MASK)
+    b16 = _forward(params, CFG.replace(dtype="bfloat16"), TOKENS, POS, MASK)
     assert b16.dtype == jnp.float32
-    np.testing.assert_allclose(b16, f32, atol=0.02 * float(jnp.abs(f32).max()))
-
-    def loss(p, cfg):
-        return lm.token_logprobs(lm.forward(p, cfg, tokens, pos, mask), tokens).mean()
-
-    grad = jax.jit(jax.grad(loss), static_argnums=1)
-    g = grad(params, CFG)
-    g_remat = grad(params, CFG.replace(remat=True))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), g, g_remat)
-    assert float(jnp.abs(g["layers"]["attn"]["q_proj"]["kernel"]).max()) > 0
+    real = MASK.astype(bool)
+    np.testing.assert_allclose(np.asarray(b16)[real], np.asarray(f32)[real],
+                               atol=0.02 * float(jnp.abs(f32).max()))
+    assert not np.array_equal(b16, f32)

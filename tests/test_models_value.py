@@ -6,7 +6,7 @@ import numpy as np
 from meowjax.models import config as config_lib
 from meowjax.models import lm, value
 
-CFG = config_lib.get_preset("tiny", tie_embeddings=False)
+CFG = config_lib.get_preset("tiny")
 _value_forward = jax.jit(value.value_forward, static_argnums=1)
 
 
@@ -25,17 +25,17 @@ def test_value_model_from_policy_and_fresh():
     assert jax.tree.structure(fresh) == jax.tree.structure(params)
     assert not np.allclose(fresh["embed"]["embedding"], policy["embed"]["embedding"])
 
-    tokens = np.array([[3, 4, 5, 6, 7], [0, 0, 9, 10, 11]], np.int32)
-    mask = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]], np.int32)
+    # Row 2 is row 1's real tokens right- instead of left-padded.
+    tokens = np.array([[3, 4, 5, 6, 7], [0, 0, 9, 10, 11], [9, 10, 11, 0, 0]], np.int32)
+    mask = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)
     pos = lm.positions_from_mask(jnp.asarray(mask))
     params = dict(params, value_head={"kernel": params["value_head"]["kernel"],
                                       "bias": jnp.array([0.25])})
-    values = _value_forward(params, CFG, tokens, pos, mask)
-    assert values.shape == (2, 5) and values.dtype == jnp.float32
+    values = np.asarray(_value_forward(params, CFG, tokens, pos, mask))
+    assert values.shape == (3, 5) and values.dtype == np.float32
     hidden = jax.jit(lm.hidden_states, static_argnums=1)(policy, CFG, tokens, pos, mask)
     expected = np.asarray(hidden) @ np.asarray(params["value_head"]["kernel"])[:, 0] + 0.25
     np.testing.assert_allclose(values, expected, atol=1e-5)
-    # Left padding does not change the values of real tokens.
-    alone = _value_forward(params, CFG, tokens[1:, 2:], pos[1:, 2:], mask[1:, 2:])
-    np.testing.assert_allclose(values[1, 2:], alone[0], atol=1e-5)
-    assert np.std(np.asarray(values)[0]) > 1e-4
+    # Padding side does not change the values of real tokens.
+    np.testing.assert_allclose(values[1, 2:], values[2, :3], atol=1e-5)
+    assert np.std(values[0]) > 1e-4

@@ -22,9 +22,12 @@ def params():
 
 
 @pytest.fixture(scope="module")
-def sampler():
-    return Sampler(CFG, prompt_buckets=(8, 16), batch_buckets=(1, 2, 4), max_new_tokens=STEPS,
-                   pad_id=CFG.pad_token_id)
+def sampler(params):
+    s = Sampler(CFG, prompt_buckets=(8, 16), batch_buckets=(1, 2, 4), max_new_tokens=STEPS,
+                pad_id=CFG.pad_token_id)
+    s.generate(params, PROMPTS, jax.random.key(0))  # compiles the (8, 4) bucket all tests use
+    assert s.num_compiles == 1
+    return s
 
 
 _forward = jax.jit(lm.forward, static_argnums=1)
@@ -105,16 +108,17 @@ def test_stop_ids_per_row_then_padding(params, sampler):
 
 
 def test_one_compile_per_bucket(params, sampler):
-    """Compiles are per (prompt bucket, batch bucket, max_new_tokens); T=3 is unused elsewhere."""
+    """One compile per (prompt bucket, batch bucket, max_new_tokens); (8, 4) is already built."""
     before, key = sampler.num_compiles, jax.random.key(0)
-    sampler.generate(params, [[1, 2, 3]], key, max_new_tokens=3)                   # (8, 1)
-    sampler.generate(params, [[4]], key, max_new_tokens=3, greedy=True)            # (8, 1)
-    sampler.generate(params, [[5, 6]], key, max_new_tokens=3, temperature=0.5, top_p=0.8)
+    sampler.generate(params, PROMPTS, key, greedy=True)                               # (8, 4)
+    sampler.generate(params, [[1, 2, 3]], key)                                        # (8, 1) new
+    sampler.generate(params, [[4]], key, greedy=True)                                 # (8, 1)
+    sampler.generate(params, [[5, 6]], key, temperature=0.5, top_p=0.8)               # (8, 1)
     assert sampler.num_compiles - before == 1
-    out = sampler.generate(params, [[7]] * 5, key, max_new_tokens=3)  # 5 rows: (8, 4) + (8, 1)
-    assert out.tokens_BT.shape == (5, 3) and sampler.num_compiles - before == 2
-    sampler.generate(params, [[1] * 12], key, max_new_tokens=3)                    # (16, 1)
-    assert sampler.num_compiles - before == 3
+    out = sampler.generate(params, [[7]] * 5, key)  # 5 rows: chunks (8, 4) + (8, 1), both built
+    assert out.tokens_BT.shape == (5, STEPS) and sampler.num_compiles - before == 1
+    sampler.generate(params, [[1] * 12] * 3, key)                                     # (16, 4) new
+    assert sampler.num_compiles - before == 2
 
 
 def test_bad_inputs(params, sampler):
