@@ -188,3 +188,21 @@ def test_presets():
     hash(config_lib.get_preset("qwen2.5-7b"))
     n = sum(x.size for x in jax.tree.leaves(lm.abstract_params(config_lib.get_preset("qwen2.5-1.5b"))))
     assert n == config_lib.num_params(config_lib.get_preset("qwen2.5-1.5b"))
+
+
+def test_sharded_index_and_bf16_round_trip(good_folder, tmp_path):
+    _torch_model("qwen2").save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    assert len(list((tmp_path / "sharded").glob("*.safetensors"))) > 2
+    cfg, params = hf_io.load_hf_checkpoint(str(tmp_path / "sharded"))
+    _, ref = hf_io.load_hf_checkpoint(str(good_folder))
+    jax.tree.map(np.testing.assert_array_equal, params, ref)
+    # bf16 params are written as BF16 safetensors and read back bit-exactly.
+    cfg16 = cfg.replace(dtype="bfloat16", param_dtype="bfloat16")
+    params16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    hf_io.save_hf_checkpoint(str(tmp_path / "bf16"), cfg16, params16)
+    cfg_back, back = hf_io.load_hf_checkpoint(str(tmp_path / "bf16"))
+    assert cfg_back.param_dtype == "bfloat16" and cfg_back.dtype == "bfloat16"
+    jax.tree.map(lambda a, b: (a.dtype == b.dtype == jnp.bfloat16) or pytest.fail(str(a.dtype)),
+                 back, params16)
+    jax.tree.map(np.testing.assert_array_equal, back, params16)
