@@ -1,0 +1,63 @@
+"""Evaluate a trained checkpoint (or an imported model) on a named game set; write a report.
+
+    # the run's own config + its workdir: params of the latest checkpoint
+    python -m experiments.evaluate --config=configs/default.py --workdir=runs/default \
+        --split=textworld:w4-o6-q8:test --ks=1,2,4 --ts=4,8,12 --samples=4
+    # an imported model with the free-text interface (report under --workdir)
+    python -m experiments.evaluate --config=configs/default.py --smollm2 --workdir=runs/smollm2
+    python -m experiments.evaluate --config=configs/default.py --hf_path=/models/qwen --workdir=x
+
+Splits: eval | eval_hard (the config's held-out sets) | textworld:<w-o-q>:<train|sft|valid|test> |
+alfworld:<split>[:<task types>] (with --alfworld_root). --mode=single_run plays once at
+T_max = max(ts) and reads every T ≤ T_max from the winning turn (our prompts never state the
+budget); --mode=per_budget plays every T separately. The report says which one was used.
+Output: <workdir>/eval_<split>/{report.md, results.json, plots/}.
+"""
+
+import os
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from meowjax.eval import evaluate
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py",
+                                          "The run's config (model, interface, games).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run folder (checkpoints/ + tokenizer/); with "
+                               "--hf_path/--smollm2, where the report goes.", required=True)
+_HF_PATH = flags.DEFINE_string("hf_path", "", "Evaluate this local Hugging Face folder instead.")
+_SMOLLM2 = flags.DEFINE_bool("smollm2", False, "Evaluate the bundled SmolLM2-135M-Instruct GGUF.")
+_SPLIT = flags.DEFINE_string("split", "eval", "Named game set (see the module docstring).")
+_NUM_GAMES = flags.DEFINE_integer("num_games", 0, "Cap on the number of games (0: all/config).")
+_ALFWORLD_ROOT = flags.DEFINE_string("alfworld_root", os.environ.get("ALFWORLD_DATA", ""),
+                                     "ALFWorld data root for alfworld:* splits.")
+_KS = flags.DEFINE_list("ks", ["1", "2", "4"], "Pass@K grid.")
+_TS = flags.DEFINE_list("ts", ["4", "6", "8", "12"], "Turn-budget grid; T_max = max.")
+_SAMPLES = flags.DEFINE_integer("samples", 4, "Sampled episodes per game (>= max K).")
+_MODE = flags.DEFINE_enum("mode", "single_run", list(evaluate.MODES), "Pass@(K,T) mode.")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.INFO)
+    c = _CONFIG.value
+    if _HF_PATH.value or _SMOLLM2.value:
+        agent = evaluate.load_imported_agent(c, _WORKDIR.value, hf_path=_HF_PATH.value,
+                                             smollm2=_SMOLLM2.value)
+    else:
+        agent = evaluate.load_agent(c, _WORKDIR.value)
+    tasks = evaluate.named_tasks(agent.trainer.c, _SPLIT.value, _NUM_GAMES.value or None,
+                                 _ALFWORLD_ROOT.value)
+    result = evaluate.evaluate_agent(agent, tasks, ks=[int(k) for k in _KS.value],
+                                     ts=[int(t) for t in _TS.value], samples=_SAMPLES.value,
+                                     mode=_MODE.value, name=_SPLIT.value, seed=_SEED.value)
+    path = evaluate.write_eval_report(
+        result, os.path.join(_WORKDIR.value, evaluate.out_dir_name(_SPLIT.value)), step=agent.step)
+    with open(path, encoding="utf-8") as f:
+        print(f.read())
+    logging.info("Report written to %s", path)
+
+
+if __name__ == "__main__":
+    app.run(main)

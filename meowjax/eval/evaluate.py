@@ -1,0 +1,400 @@
+"""Evaluate a checkpoint (or an imported model) on a named game set and write a report.
+
+    agent = load_agent(config, workdir)                  # trainer + params of the latest step
+    tasks = named_tasks(config, "textworld:w4-o6-q8:test", num_games=20)
+    result = evaluate_agent(agent, tasks, ks=(1, 2, 4), ts=(4, 8, 12), samples=4,
+                            mode="single_run")
+    write_eval_report(result, "<workdir>/eval_w4-o6-q8_test")
+
+What is measured (per game set):
+  * greedy success at T_max (one episode per game; 95% Wilson interval);
+  * Pass@(K,T) from ``samples`` sampled episodes per game, in one of two modes (the report says
+    which): "single_run" plays once at T_max = max(ts) and reads success under T ≤ T_max from the
+    winning turn (valid because no prompt of ours states the budget); "per_budget" plays each T;
+  * per-turn diagnostics of the sampled episodes: action validity (pooled, and by turn index),
+    error recovery (won despite an invalid / a useless action), success vs turn index, and the
+    share of the expert plan completed (process supervision, ``process_reward``).
+
+Per-turn flags come from replaying each episode's actions in a fresh environment wrapped in
+``ProcessRewardEnv`` (games are deterministic, so the replay reaches the same states; episodes
+whose replay disagrees on the outcome are counted in the report).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Any, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from meowjax.envs.base import Task
+from meowjax.envs.pool import EnvPool
+from meowjax.envs.registry import EnvSpec
+from meowjax.eval import passk, process_reward, report, stats
+from meowjax.trainers import checkpoint, data, loop
+
+MODES = passk.MODES
+_DIFFICULTY = re.compile(r"^w(\d+)-o(\d+)-q(\d+)$")
+EVAL_RNG = 11
+
+
+# -- what to evaluate ----------------------------------------------------------------------------
+def parse_difficulty(name: str) -> tuple[int, int, int]:
+    """``"w2-o3-q4"`` -> (world_size, nb_objects, quest_length)."""
+    m = _DIFFICULTY.match(name)
+    if not m:
+        raise ValueError(f"TextWorld difficulty {name!r} is not w{{world}}-o{{objects}}-q{{quest}}, "
+                         "e.g. w2-o3-q4.")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None = None,
+                alfworld_root: str = "") -> list[Task]:
+    """Tasks of a named game set.
+
+    Names:
+      ``eval`` / ``eval_hard``: the config's held-out sets (training difficulty / harder);
+      ``textworld:w4-o6-q8:test``: custom TextWorld games of that difficulty and split (generated
+        into ``games.cache_dir`` on first use; splits train | sft | valid | test);
+      ``alfworld:valid_unseen[:pick_and_place_simple,look_at_obj_in_light]``: ALFWorld games of a
+        split under ``alfworld_root``, optionally only some task types.
+    ``num_games`` caps the number of games (None: the config's count / all).
+    """
+    from meowjax.envs import textworld_games
+    g = c.games
+    parts = name.split(":")
+    if name in ("eval", "eval_hard"):
+        hard = name == "eval_hard"
+        w, o, q = ((g.hard_world_size, g.hard_nb_objects, g.hard_quest_length) if hard
+                   else (g.world_size, g.nb_objects, g.quest_length))
+        default_n = g.num_eval_hard if hard else g.num_eval
+        spec = textworld_games.GameSetSpec(kind=g.kind, world_size=w, nb_objects=o,
+                                           quest_length=q, split=g.eval_split, level=g.level,
+                                           num_games=num_games or default_n)
+        return textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
+    if parts[0] == "textworld" and len(parts) == 3:
+        w, o, q = parse_difficulty(parts[1])
+        if parts[2] not in textworld_games.SPLIT_SEED_RANGES:
+            raise ValueError(f"split {parts[2]!r} of {name!r}; choose one of "
+                             f"{sorted(textworld_games.SPLIT_SEED_RANGES)}.")
+        spec = textworld_games.GameSetSpec(kind="custom", world_size=w, nb_objects=o,
+                                           quest_length=q, split=parts[2],
+                                           num_games=num_games or g.num_eval)
+        return textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
+    if parts[0] == "alfworld" and len(parts) in (2, 3):
+        from meowjax.envs.alfworld_env import load_alfworld_tasks
+        if not alfworld_root:
+            raise ValueError(f"{name!r} needs --alfworld_root (the folder holding json_2.1.1/).")
+        types = parts[2].split(",") if len(parts) == 3 and parts[2] else None
+        tasks = load_alfworld_tasks(alfworld_root, parts[1], types)
+        return tasks[:num_games] if num_games else tasks
+    raise ValueError(f"Unknown game set {name!r}; use eval | eval_hard | "
+                     "textworld:<w-o-q>:<split> | alfworld:<split>[:<task types>].")
+
+
+# -- the agent -------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Agent:
+    """A trainer object (tokenizer, model, interface: ``play`` / ``view``) and the params to use."""
+
+    trainer: Any
+    params: Any
+    source: str         # "checkpoint <dir> step N (phase)" or "imported <folder>"
+    step: int = 0       # training step of the params (TensorBoard x-axis of the eval scalars)
+
+
+def eval_config(c: ml_collections.ConfigDict, **model: Any) -> ml_collections.ConfigDict:
+    """A copy of the run's config that builds the trainer without SFT data (no demos needed)."""
+    c = ml_collections.ConfigDict(c.to_dict())
+    c.budget.sft_share = 0.0
+    c.games.num_sft = 0
+    c.games.num_train = 0
+    for k, v in model.items():
+        c.model[k] = v
+    if model:
+        c.policy.interface = "generate"
+    return c
+
+
+def _trainer_class(interface: str):
+    from meowjax.trainers import run
+    if interface not in run.INTERFACES:
+        raise ValueError(f"policy.interface={interface!r}; choose one of {run.INTERFACES}.")
+    if interface == "score":
+        from meowjax.trainers.score_trainer import ScoreTrainer
+        return ScoreTrainer
+    from meowjax.trainers.text_trainer import TextTrainer
+    return TextTrainer
+
+
+def load_agent(c: ml_collections.ConfigDict, workdir: str) -> Agent:
+    """The trainer of ``c`` with the params of the latest checkpoint under ``workdir``.
+
+    ``c`` must be the run's own config (same model preset, interface, estimator), so that the
+    restored pytree matches; the game-text tokenizer is read from ``workdir/tokenizer``.
+    """
+    ck = checkpoint.Checkpointer(workdir)
+    try:
+        step = ck.latest_step()
+    finally:
+        ck.close()
+    if step is None:
+        raise FileNotFoundError(f"No checkpoint under {os.path.join(workdir, 'checkpoints')}; "
+                                "train first (experiments/train.py) or pass --hf_path/--smollm2.")
+    if c.model.init == "scratch" and not os.path.exists(os.path.join(workdir, "tokenizer",
+                                                                     "tokenizer.json")):
+        raise FileNotFoundError(f"{workdir}/tokenizer is missing; the checkpoint's game-text "
+                                "tokenizer is needed to evaluate it.")
+    trainer = _trainer_class(c.policy.interface)(eval_config(c), workdir)
+    state, _, meta = trainer._restore()
+    trainer.writer.close()
+    trainer.ckpt.close()
+    return Agent(trainer, state.params,
+                 f"checkpoint {workdir} (index {meta['ckpt_index']}, phase {meta['phase']}, "
+                 f"RL iteration {meta['iteration']})",
+                 step=int(meta["sft_step"]) + int(meta["iteration"]))
+
+
+def load_imported_agent(c: ml_collections.ConfigDict, workdir: str, *, hf_path: str = "",
+                        smollm2: bool = False) -> Agent:
+    """A Hugging Face folder (or the bundled SmolLM2-135M GGUF) with the free-text interface."""
+    if bool(hf_path) == bool(smollm2):
+        raise ValueError("Give exactly one of hf_path or smollm2=True.")
+    model = dict(init="smollm2", hf_path="") if smollm2 else dict(init="hf", hf_path=hf_path)
+    trainer = _trainer_class("generate")(eval_config(c, **model), workdir)
+    trainer.writer.close()
+    trainer.ckpt.close()
+    return Agent(trainer, trainer.init_params(jax.random.key(0)),
+                 f"imported {'SmolLM2-135M-Instruct (GGUF)' if smollm2 else hf_path}")
+
+
+# -- playing and per-turn traces ------------------------------------------------------------
+def episode_actions(ep: Any) -> list[str]:
+    """The commands an episode sent to the env (both interfaces' episode records)."""
+    if isinstance(getattr(ep, "turns", None), list):
+        return [t.action for t in ep.turns]
+    return list(ep.actions)
+
+
+def play_tasks(agent: Agent, pool, tasks: Sequence[Task], *, samples: int, budget: int,
+               greedy: bool, seed: int) -> list[tuple[dict[str, Any], list[str]]]:
+    """(view, actions) per episode: ``samples`` episodes per task at turn budget ``budget``."""
+    tr = agent.trainer
+    out = []
+    per_chunk = max(1, tr.batch_rows // samples)
+    rng = np.random.default_rng([seed, EVAL_RNG, budget, int(greedy)])
+    key = jax.random.fold_in(jax.random.key(seed), 20_000_000 + budget)
+    for start in range(0, len(tasks), per_chunk):
+        chunk = list(tasks[start:start + per_chunk])
+        eps = tr.play(agent.params, pool, chunk, group_size=samples,
+                      budgets=[budget] * (len(chunk) * samples), rng=rng, greedy=greedy,
+                      key=jax.random.fold_in(key, start))
+        out += [(tr.view(e), episode_actions(e)) for e in eps]
+    return out
+
+
+def replay_traces(family: str, tasks: Sequence[Task], played, budget: int) -> list[dict[str, Any]]:
+    """Per-turn flags of played episodes, by replaying their actions in a ProcessRewardEnv.
+
+    Returns traces {task_id, won, success_turn, turns: [{invalid, progress, process_reward}],
+    plan_done (share of the expert plan completed), replay_agrees}.
+    """
+    by_id = {t.task_id: t for t in tasks}
+    env = process_reward.ProcessRewardEnv(inner_family=family, reward_mode="sparse")
+    traces = []
+    try:
+        for view, actions in sorted(played, key=lambda p: p[0]["task_id"]):
+            reset = env.reset(by_id[view["task_id"]], budget)
+            start, turns, won = reset.info["plan_remaining"], [], False
+            for a in actions:
+                res = env.step(a)
+                turns.append({"invalid": bool(res.info.get("invalid", False)),
+                              "progress": bool(res.info.get("progress", False)),
+                              "process_reward": float(res.info.get("process_reward", 0.0))})
+                won = won or res.won
+                if res.done:
+                    break
+            done = sum(t["process_reward"] for t in turns)
+            traces.append({"task_id": view["task_id"], "won": bool(view["won"]),
+                           "success_turn": view["success_turn"], "turns": turns,
+                           "plan_done": done if start else float(won),
+                           "replay_agrees": won == bool(view["won"])})
+    finally:
+        env.close()
+    return traces
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """Everything the report shows (also JSON-able via ``report``)."""
+
+    name: str
+    source: str
+    mode: str
+    greedy: dict[str, Any]
+    pass_kt: passk.PassKTResult
+    traces: list[dict[str, Any]]
+    t_max: int
+    samples: int
+    n_tasks: int
+
+
+def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts: Sequence[int],
+                   samples: int, mode: str = "single_run", name: str = "eval",
+                   seed: int = 0) -> EvalResult:
+    """Greedy success, Pass@(K,T) in ``mode`` and per-turn diagnostics on ``tasks``."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}; choose one of {MODES}.")
+    if samples < max(ks):
+        raise ValueError(f"samples={samples} < max(ks)={max(ks)}: Pass@K needs at least K "
+                         "episodes per task; raise --samples or drop the larger K.")
+    if not tasks:
+        raise ValueError(f"game set {name!r} has no tasks.")
+    tr = agent.trainer
+    c = tr.c
+    t_max = int(max(ts))
+    pool = EnvPool(EnvSpec(c.env.family, data.env_kwargs(c, admissible=tr.needs_admissible)),
+                   num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
+    try:
+        greedy = [v for v, _ in play_tasks(agent, pool, tasks, samples=1, budget=t_max,
+                                           greedy=True, seed=seed)]
+        if mode == "single_run":
+            played = play_tasks(agent, pool, tasks, samples=samples, budget=t_max, greedy=False,
+                                seed=seed)
+            by_task: dict[str, list] = {}
+            for v, _ in played:
+                by_task.setdefault(v["task_id"], []).append(v)
+            res = passk.estimate_pass_at_k_t(by_task, ks, ts, mode="single_run", seed=seed)
+        else:
+            by_budget: dict[int, dict[str, list]] = {}
+            played = []
+            for t in sorted(set(int(t) for t in ts)):
+                eps = play_tasks(agent, pool, tasks, samples=samples, budget=t, greedy=False,
+                                 seed=seed)
+                for v, _ in eps:
+                    by_budget.setdefault(t, {}).setdefault(v["task_id"], []).append(v)
+                if t == t_max:
+                    played = eps
+            res = passk.estimate_pass_at_k_t(by_budget, ks, ts, mode="per_budget", seed=seed)
+    finally:
+        pool.close()
+    family = c.env.family if c.env.family != "process" else "textworld"
+    traces = replay_traces(family, tasks, played, t_max)
+    logging.info("evaluated %s: greedy success %.3f, Pass@(1,%d) %.3f", name,
+                 np.mean([v["won"] for v in greedy]), t_max, res.mean_KT[0, -1])
+    return EvalResult(name, agent.source, mode, loop.success_summary(greedy), res, traces, t_max,
+                      samples, len(tasks))
+
+
+# -- diagnostics and the report -------------------------------------------------------------
+def diagnostics(traces: Sequence[dict[str, Any]], t_max: int) -> dict[str, Any]:
+    """Per-turn numbers of sampled episodes (see ``stats``)."""
+    n_turns = sum(len(t["turns"]) for t in traces)
+    rec_inv, n_inv = stats.error_recovery_rate(traces, "invalid")
+    rec_np, n_np = stats.error_recovery_rate(traces, "no_progress")
+    return {
+        "episodes": len(traces), "turns": n_turns,
+        "validity": stats.action_validity_rate(traces) if n_turns else float("nan"),
+        "progress_rate": (sum(x["progress"] for t in traces for x in t["turns"]) / n_turns
+                          if n_turns else float("nan")),
+        "recovery_invalid": rec_inv, "episodes_with_invalid": n_inv,
+        "recovery_no_progress": rec_np, "episodes_with_no_progress": n_np,
+        "plan_done": float(np.mean([t["plan_done"] for t in traces])),
+        "replay_disagreements": int(sum(not t["replay_agrees"] for t in traces)),
+        "success_by_turn": stats.cumulative_success_curve(traces, t_max),
+        "validity_by_turn": stats.validity_by_turn(traces, t_max),
+    }
+
+
+def report_sections(result: EvalResult) -> list[Any]:
+    """The report of one evaluation: success, Pass@(K,T), per-turn diagnostics."""
+    g = result.greedy
+    d = diagnostics(result.traces, result.t_max)
+    fmt = lambda v: "n/a" if v != v else f"{v:.3f}"  # noqa: E731 (NaN -> n/a)
+    mode_text = {"single_run": "single_run (one sampled run per episode at T_max; success under "
+                               "T read from the winning turn; valid because the prompt never "
+                               "states the budget)",
+                 "per_budget": "per_budget (a separate sampled run at every T)"}[result.mode]
+    sampled_wins = sum(t["won"] for t in result.traces)
+    sections = [
+        report.TextSection("Setup", (
+            f"Agent: {result.source}. Game set `{result.name}`: {result.n_tasks} games. "
+            f"Greedy: one episode per game at T_max = {result.t_max}. Sampled: {result.samples} "
+            f"episodes per game. Pass@(K,T) mode: {mode_text}.")),
+        report.SuccessTable("Success at T_max (95% Wilson intervals)", [
+            report.SuccessRow(f"{result.name}: greedy", g["wins"], g["n"]),
+            report.SuccessRow(f"{result.name}: sampled", sampled_wins, len(result.traces))]),
+        report.PassKTSection(f"Pass@(K,T) on {result.name}", result.pass_kt),
+        report.TextSection("Per-turn diagnostics (sampled episodes)", report.markdown_table(
+            ["quantity", "value", "over"], [
+                ["action validity (valid turns / turns)", fmt(d["validity"]), f"{d['turns']} turns"],
+                ["progress turns (expert plan got shorter)", fmt(d["progress_rate"]),
+                 f"{d['turns']} turns"],
+                ["recovery after an invalid action (won / episodes with one)",
+                 fmt(d["recovery_invalid"]), f"{d['episodes_with_invalid']} episodes"],
+                ["recovery after a useless action (won / episodes with one)",
+                 fmt(d["recovery_no_progress"]), f"{d['episodes_with_no_progress']} episodes"],
+                ["share of the expert plan completed", fmt(d["plan_done"]),
+                 f"{d['episodes']} episodes"],
+                ["replays disagreeing on the outcome", str(d["replay_disagreements"]),
+                 f"{d['episodes']} episodes"]])),
+        report.BudgetCurves("Success and action validity vs turn index", {
+            "won within t turns": (list(range(1, result.t_max + 1)),
+                                   d["success_by_turn"].tolist(), None, None),
+            "valid action at turn t": _finite_curve(d["validity_by_turn"])},
+            metric="rate"),
+    ]
+    return sections
+
+
+def _finite_curve(values_T: np.ndarray):
+    idx = [i for i, v in enumerate(values_T) if np.isfinite(v)] or [0]
+    return ([i + 1 for i in idx], [float(np.nan_to_num(values_T[i])) for i in idx], None, None)
+
+
+def scalars(result: EvalResult) -> dict[str, float]:
+    """Flat numbers of one evaluation (for TensorBoard and diagnostics.json)."""
+    d = diagnostics(result.traces, result.t_max)
+    out = {"eval/greedy_success": float(result.greedy["success"]),
+           "eval/sampled_success": float(np.mean([t["won"] for t in result.traces])),
+           "eval/action_validity": d["validity"], "eval/progress_rate": d["progress_rate"],
+           "eval/recovery_invalid": d["recovery_invalid"],
+           "eval/recovery_no_progress": d["recovery_no_progress"],
+           "eval/plan_done": d["plan_done"]}
+    res = result.pass_kt
+    for i, k in enumerate(res.ks):
+        for j, t in enumerate(res.ts):
+            out[f"eval/pass_at_{k}_{t}"] = float(res.mean_KT[i, j])
+    return out
+
+
+def write_eval_report(result: EvalResult, out_dir: str, step: int = 0) -> str:
+    """report.md, results.json, plots/, diagnostics.json (numbers + per-episode traces) and
+    TensorBoard scalars (``out_dir/tb``) under ``out_dir``; returns the report path."""
+    from meowjax.trainers import metrics_log
+    path = report.write_report(out_dir, f"meowjax evaluation: {result.name}",
+                               report_sections(result))
+    d = diagnostics(result.traces, result.t_max)
+    numbers = {"name": result.name, "source": result.source, "mode": result.mode,
+               "t_max": result.t_max, "samples": result.samples, "n_tasks": result.n_tasks,
+               "greedy": result.greedy, "pass_at_k_t": result.pass_kt.to_json(),
+               "diagnostics": d, "traces": result.traces}
+    with open(os.path.join(out_dir, "diagnostics.json"), "w", encoding="utf-8") as f:
+        json.dump(report._jsonable(numbers), f, indent=1)
+    writer = metrics_log.MetricsWriter(out_dir)
+    try:
+        writer.write(step, {k: v for k, v in scalars(result).items() if np.isfinite(v)}, log=False)
+    finally:
+        writer.close()
+    return str(path)
+
+
+def out_dir_name(name: str) -> str:
+    """``eval_<name>`` with the set name made filesystem-safe."""
+    return "eval_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")

@@ -1,0 +1,185 @@
+"""Evaluation surface: a tiny trained checkpoint evaluated end to end (CLI), exact Pass@(K,T) and
+per-turn diagnostics for a scripted expert agent in both modes, and the studies report."""
+import json
+import math
+import os
+import shutil
+import types
+
+import numpy as np
+import pytest
+
+from configs import study_algos
+from meowjax.envs.textworld_env import TextWorldEnv
+from meowjax.eval import evaluate, passk, stats
+
+CELL = "estimator=rloo,reward=sparse,sft_share=0.5,seed=0,smoke=True"
+CELL_DIR = "rloo_-_sparse_-_sft_0.5_seed0"   # experiments.studies.Cell.name of that cell
+
+
+def cell_config(games_dir):
+    c = study_algos.get_config(CELL)
+    c.unlock()
+    c.games.cache_dir = games_dir
+    c.lock()
+    return c
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_games_dir, tmp_path_factory):
+    """One smoke study cell trained to the end (SFT -> 2 RL iterations -> final eval)."""
+    from meowjax.trainers import run
+    workdir = str(tmp_path_factory.mktemp("trained") / CELL_DIR)
+    run.run(cell_config(tiny_games_dir), workdir)
+    return workdir
+
+
+@pytest.mark.slow
+def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games_dir):
+    from absl import flags
+    from experiments import evaluate as cli
+    argv = ["evaluate", f"--config=configs/study_algos.py:{CELL}", f"--workdir={trained}",
+            f"--config.games.cache_dir={tiny_games_dir}", "--split=eval", "--ks=1,2",
+            "--ts=2,4", "--samples=2", "--mode=single_run"]
+    flags.FLAGS(argv)
+    try:
+        cli.main([])
+    finally:
+        flags.FLAGS.unparse_flags()
+    out = os.path.join(trained, "eval_eval")
+    md = open(os.path.join(out, "report.md")).read()
+    for heading in ("## Success at T_max", "## Pass@(K,T) on eval", "## Per-turn diagnostics",
+                    "| K \\ T | T=2 | T=4 |", "Mode: `single_run`", "action validity"):
+        assert heading in md, heading
+    assert sorted(os.listdir(os.path.join(out, "plots"))) == [
+        "pass_at_k_t_on_eval.png", "success_and_action_validity_vs_turn_index.png"]
+    results = json.load(open(os.path.join(out, "results.json")))
+    types_ = [s["type"] for s in results["sections"]]
+    assert types_ == ["TextSection", "SuccessTable", "PassKTSection", "TextSection", "BudgetCurves"]
+    d = json.load(open(os.path.join(out, "diagnostics.json")))
+    assert d["n_tasks"] == 2 and len(d["traces"]) == 4 and d["mode"] == "single_run"
+    # The table is what the recorded episodes say: recompute Pass@(K,T) and validity from traces.
+    by_task = {}
+    for tr in d["traces"]:
+        by_task.setdefault(tr["task_id"], []).append(tr)
+    np.testing.assert_allclose(d["pass_at_k_t"]["mean"],
+                               passk.pass_at_k_t(by_task, (1, 2), (2, 4)), atol=1e-12)
+    turns = [t for tr in d["traces"] for t in tr["turns"]]
+    assert d["diagnostics"]["validity"] == pytest.approx(
+        1 - np.mean([t["invalid"] for t in turns]))
+    assert d["diagnostics"]["replay_disagreements"] == 0
+    assert os.listdir(os.path.join(out, "tb"))
+
+
+@pytest.mark.slow
+def test_studies_report_from_a_trained_cell(trained, tiny_games_dir, tmp_path):
+    from experiments import studies
+    study_dir = tmp_path / "study"
+    shutil.copytree(trained, study_dir / CELL_DIR)   # finished: run() resumes at "done"
+    path = studies.run_study("algos", str(study_dir), smoke=True, seeds=[0],
+                             estimators=["rloo"], rewards=["sparse"], sft_shares=[0.5],
+                             games_dir=tiny_games_dir)
+    md = open(path).read()
+    assert "## Success on held-out games, training difficulty (ID)" in md
+    assert "| rloo / sparse / sft 0.5 |" in md
+    cell = json.load(open(study_dir / CELL_DIR / studies.RESULT_FILE))
+    assert cell["evals"]["final"]["eval"]["n"] == 2
+
+
+def test_study_tables_and_budget_curves_average_over_seeds(tmp_path):
+    from experiments import studies
+
+    def res(label, seed, succ, hard, pass_KT):
+        return {"label": label, "seed": seed, "evals": {"final": {
+            "eval": {"success": succ, "wins": int(succ * 4), "n": 4},
+            "eval_hard": {"success": hard, "wins": int(hard * 4), "n": 4},
+            "pass_at_k_t": {"ks": [1, 2], "ts": [2, 4, 8], "mean": pass_KT}}}}
+
+    results = [res("fixed", 0, 0.25, 0.0, [[0.0, 0.2, 0.4], [0.0, 0.3, 0.6]]),
+               res("fixed", 1, 0.75, 0.25, [[0.2, 0.4, 0.6], [0.3, 0.6, 0.9]]),
+               res("mix", 0, 0.5, 0.5, [[0.1, 0.5, 0.5], [0.2, 0.7, 0.7]])]
+    assert studies.success_rows(results, "eval") == {"fixed": [0.25, 0.75], "mix": [0.5]}
+    curves = studies.budget_curves(results, k=1)
+    ts, mean, low, high = curves["fixed (K=1)"]
+    assert ts == [2, 4, 8] and mean == pytest.approx([0.1, 0.3, 0.5])
+    lo_ref, hi_ref = stats.bootstrap_ci(np.asarray([[0.0, 0.2, 0.4], [0.2, 0.4, 0.6]]), np.mean)
+    np.testing.assert_allclose(low, lo_ref) and np.testing.assert_allclose(high, hi_ref)
+    assert curves["mix (K=1)"][2] is None              # one seed: no band
+    path = studies.study_report("budget", results, str(tmp_path), [0, 1], smoke=True)
+    md = open(path).read()
+    assert "| fixed | 0.500 |" in md and "## Success vs evaluation turn budget" in md
+    assert os.path.exists(tmp_path / "plots" / "success_vs_evaluation_turn_budget.png")
+
+
+# -- a scripted expert agent: exact numbers -------------------------------------------------------
+class ScriptedTrainer:
+    """Plays the walkthrough, with j useless 'inventory' actions first in the j-th sample."""
+
+    needs_admissible = False
+    batch_rows = 8
+
+    def __init__(self, c):
+        self.c = c
+
+    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key):
+        slots = [t for t in tasks for _ in range(group_size)]
+        resets = pool.reset(slots, budgets)
+        scripts = [["inventory"] * (0 if greedy else i % group_size) + list(r.walkthrough)
+                   for i, r in enumerate(resets)]
+        eps = [types.SimpleNamespace(task_id=t.task_id, group_id=i // group_size, actions=[],
+                                     won=False, success_turn=None, turns=0, done=False)
+               for i, t in enumerate(slots)]
+        while not all(e.done for e in eps):
+            acts = [None if e.done else s[e.turns] for e, s in zip(eps, scripts)]
+            for e, a, r in zip(eps, acts, pool.step(acts)):
+                if a is None:
+                    continue
+                e.actions.append(a)
+                e.turns += 1
+                if r.won:
+                    e.won, e.success_turn = True, e.turns
+                e.done = r.done or e.turns >= len(scripts[eps.index(e)])
+        return eps
+
+    def view(self, e):
+        return {"won": e.won, "success_turn": e.success_turn, "turns": e.turns, "reward": 0.0,
+                "invalid": 0, "task_id": e.task_id, "group_id": e.group_id, "overflow": False}
+
+
+def test_scripted_expert_gives_exact_pass_at_k_t_in_both_modes(tiny_games_dir):
+    c = cell_config(tiny_games_dir)
+    c.unlock()
+    c.env.num_workers = 0
+    tasks = evaluate.named_tasks(c, "eval")
+    agent = evaluate.Agent(ScriptedTrainer(c), None, "scripted expert")
+    env = TextWorldEnv()
+    lengths = {t.task_id: len(env.reset(t, 10).walkthrough) for t in tasks}
+    env.close()
+    ks, ts, n = (1, 2, 3), (2, 3, 4, 5, 6), 3
+    # sample j wins at turn L + j when L + j <= T, so c_task(T) = #{j < n : L + j <= T}
+    want = np.zeros((len(ks), len(ts)))
+    for L in lengths.values():
+        for a, k in enumerate(ks):
+            for b, t in enumerate(ts):
+                c_ = sum(L + j <= t for j in range(n))
+                want[a, b] += (1 - math.comb(n - c_, k) / math.comb(n, k)) / len(lengths)
+    results = {}
+    for mode in ("single_run", "per_budget"):
+        r = evaluate.evaluate_agent(agent, tasks, ks=ks, ts=ts, samples=n, mode=mode, name="eval")
+        np.testing.assert_allclose(r.pass_kt.mean_KT, want, atol=1e-12)
+        assert r.pass_kt.mode == mode and r.greedy["success"] == 1.0
+        results[mode] = r
+    d = evaluate.diagnostics(results["single_run"].traces, max(ts))
+    total_plan = sum(lengths.values()) * n
+    total_turns = sum(L + j for L in lengths.values() for j in range(n) if L + j <= max(ts))
+    assert d["validity"] == 1.0 and d["plan_done"] == 1.0 and d["replay_disagreements"] == 0
+    assert d["progress_rate"] == pytest.approx(total_plan / total_turns)
+    assert d["recovery_no_progress"] == 1.0                 # every detour still won
+    assert d["episodes_with_no_progress"] == len(tasks) * (n - 1)
+    np.testing.assert_allclose(d["success_by_turn"][np.asarray(ts) - 1], want[0])
+    with pytest.raises(ValueError, match="samples=1 < max"):
+        evaluate.evaluate_agent(agent, tasks, ks=(1, 2), ts=(2,), samples=1)
+    with pytest.raises(ValueError, match="w{world}"):
+        evaluate.named_tasks(c, "textworld:w2o3q4:test")
+    with pytest.raises(ValueError, match="Unknown game set"):
+        evaluate.named_tasks(c, "jericho:zork")
