@@ -154,24 +154,28 @@ def compile_target(t: Target) -> dict:
                 per_device_bytes=total)
 
 
-def run_in_subprocess(t: Target, timeout_s: float) -> dict:
-    """Compiles `t` in a child process that sees `t.devices` CPU devices."""
+def run_in_subprocess(targets: list[Target], timeout_s: float) -> list[dict]:
+    """Compiles `targets` (same device count) in one child process that sees that many CPU
+    devices; a failed or timed-out child marks its remaining targets with an error."""
+    devices = targets[0].devices
     env = dict(os.environ)
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                        f" --xla_force_host_platform_device_count={t.devices}").strip()
+                        f" --xla_force_host_platform_device_count={devices}").strip()
     env["JAX_PLATFORMS"] = "cpu"
-    cmd = [sys.executable, "-m", "benchmarks.aot", "--child", json.dumps(dataclasses.asdict(t))]
+    spec = json.dumps([dataclasses.asdict(t) for t in targets])
+    cmd = [sys.executable, "-m", "benchmarks.aot", "--child", spec]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
-        out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True,
-                             timeout=timeout_s)
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+        error = (stderr.strip().splitlines() or ["no output"])[-1][:300]
     except subprocess.TimeoutExpired:
-        return dict(dataclasses.asdict(t), error=f"compile over {timeout_s:.0f} s")
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode or not lines:
-        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return dict(dataclasses.asdict(t), error=tail[:300])
-    return json.loads(lines[-1])
+        proc.kill()
+        stdout, _ = proc.communicate()
+        error = f"compile over the {timeout_s:.0f} s budget of this process"
+    done = [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
+    return done + [dict(dataclasses.asdict(t), error=error) for t in targets[len(done):]]
 
 
 def describe(r: dict) -> str:
@@ -241,16 +245,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--remat", action="store_true")
-    parser.add_argument("--timeout_s", type=float, default=600)
+    parser.add_argument("--timeout_s", type=float, default=1800,
+                        help="budget of each child process (all targets of one mesh size)")
     parser.add_argument("--results", default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(compile_target(Target(**json.loads(args.child)))), flush=True)
+        for spec in json.loads(args.child):
+            try:
+                out = compile_target(Target(**spec))
+            except Exception as e:  # report and go on with the next target
+                out = dict(spec, error=f"{type(e).__name__}: {e}"[:300])
+            print(json.dumps(out), flush=True)
         return []
+    targets = parse_targets(args)
     results = []
-    for t in parse_targets(args):
-        results.append(run_in_subprocess(t, args.timeout_s))
-        print(describe(results[-1]), flush=True)
+    for devices in dict.fromkeys(t.devices for t in targets):  # first-seen order
+        group = [t for t in targets if t.devices == devices]
+        for r in run_in_subprocess(group, args.timeout_s):
+            results.append(r)
+            print(describe(r), flush=True)
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:
             f.write(markdown_table(results))
