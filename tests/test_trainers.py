@@ -19,7 +19,7 @@ def tiny_config(games_dir, **rl):
                         hard_world_size=1, hard_nb_objects=3, hard_quest_length=3,
                         num_train=2, num_sft=2, num_eval=2, num_eval_hard=1, eval_split="valid"))
     c.budget.update(dict(total_episodes=16, sft_share=0.5))   # 1 demo, 2 RL iterations of 4
-    c.rollout.update(dict(tasks_per_iter=2, group_size=2, length_buckets=(128, 256, 384, 512)))
+    c.rollout.update(dict(tasks_per_iter=2, group_size=2, length_buckets=(256, 512, 1024)))
     c.turns.update(dict(max_turns=4, eval_max_turns=4))
     c.eval.update(dict(every_iters=0, num_samples=2, pass_ks=(1, 2), pass_ts=(2, 4)))
     c.checkpoint.every_iters = 1

@@ -8,7 +8,9 @@ shapes: rows padded to ``batch_rows``, lengths to a bucket); the command is draw
 from ``pi = softmax(s / tau)`` with a seeded numpy generator (exact resume).
 
 Host record per turn: the packed row, the chosen candidate, its log pi at sampling time, the
-turn reward. Per episode: won, turns, task_id, group_id, success_turn, truncated, env_failure.
+turn reward. Per episode: won, turns, task_id, group_id, success_turn, and info with truncated
+(turn budget), env_failure (worker died) and overflow (the next turn's prompt + candidates did
+not fit the largest length bucket: the episode ends there, counted, never truncated).
 """
 
 from __future__ import annotations
@@ -125,8 +127,21 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
             raise ValueError(f"Task {slots[i].task_id} gave no admissible commands; the scoring "
                              "interface needs the env built with admissible=True.")
     while any(live):
-        idx = [i for i in range(len(slots)) if live[i]]
-        rows = [builder.row(objectives[i], observations[i], actions[i], admissible[i]) for i in idx]
+        idx, rows = [], []
+        for i in range(len(slots)):
+            if not live[i]:
+                continue
+            row = builder.row(objectives[i], observations[i], actions[i], admissible[i])
+            if len(row["tokens"]) > max(length_buckets):
+                # The turn does not fit the largest bucket: end the episode and say so (never
+                # truncate). Raise rollout.length_buckets or lower policy.window if this is common.
+                live[i] = False
+                eps[i].info = {"truncated": False, "env_failure": False, "overflow": True}
+                continue
+            idx.append(i)
+            rows.append(row)
+        if not idx:
+            break
         batch = buckets.pack_rows(rows, length_buckets=length_buckets, num_rows=batch_rows,
                                   pad_values={"cand": builder.max_cands},
                                   what="rollout.length_buckets (scoring prompt + candidates)")
@@ -152,6 +167,7 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
                 eps[i].won = bool(res.won)
                 eps[i].success_turn = len(eps[i].turns) if res.won else None
                 eps[i].info = {k: res.info.get(k, False) for k in ("truncated", "env_failure")}
+                eps[i].info["overflow"] = False
     return eps
 
 

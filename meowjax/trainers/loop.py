@@ -36,7 +36,7 @@ from meowjax.rollout import buckets
 from meowjax.trainers import checkpoint, data, metrics_log, optim
 
 SFT, RL, DONE = "sft", "rl", "done"
-SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, EVAL_RNG = 1, 2, 3, 9
+SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, EVAL_RNG = 1, 2, 3, 7, 9
 
 
 class Preempted(Exception):
@@ -81,9 +81,14 @@ class AgentTrainer(abc.ABC):
         self.spec = estimators.validate_estimator(c.rl.estimator)
         self.plan = data.budget_plan(c)
         self.sets = data.game_sets(c)
-        self.expert = data.expert_data(c, self.sets["sft"][:self.plan["sft_demos"]])
+        sft_tasks = self.sets["sft"][:self.plan["sft_demos"]]
+        self.expert = data.expert_data(c, sft_tasks)
         self.setup_model()
-        self.sft_rows = self.make_sft_rows(self.expert)
+        augmented = []
+        if c.sft.augment_copies and c.env.family == "textworld":
+            augmented = data.augment_experts(self.expert, sft_tasks, c.sft.augment_copies,
+                                             host_rng(c.seed, AUGMENT_RNG))
+        self.sft_rows = self.make_sft_rows(self.expert + augmented)
         per_iter = c.rollout.tasks_per_iter * c.rollout.group_size
         self.batch_rows = per_iter
         self.rl_iters = self.plan["rl_episodes"] // per_iter
@@ -129,7 +134,7 @@ class AgentTrainer(abc.ABC):
 
     @abc.abstractmethod
     def view(self, episode) -> dict[str, Any]:
-        """won, success_turn, turns, reward, invalid, task_id of one episode."""
+        """won, success_turn, turns, reward, invalid, task_id, group_id, overflow of one episode."""
 
     @abc.abstractmethod
     def update_rows(self, episodes) -> list[dict[str, np.ndarray]]:
@@ -297,6 +302,7 @@ class AgentTrainer(abc.ABC):
             "rollout/return": float(np.mean([v["reward"] for v in views])),
             "rollout/episode_turns": n_turns / len(views),
             "rollout/invalid_rate": sum(v["invalid"] for v in views) / max(1, n_turns),
+            "rollout/overflow_rate": float(np.mean([v["overflow"] for v in views])),
             "rollout/logp_mismatch_max": float(np.max(np.abs(sampled - recomputed))),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             "perf/padding_efficiency": float(np.mean(eff)),

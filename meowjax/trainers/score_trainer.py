@@ -65,7 +65,8 @@ class ScoreTrainer(loop.AgentTrainer):
     def view(self, ep) -> dict[str, Any]:
         return {"won": ep.won, "success_turn": ep.success_turn, "turns": len(ep.turns),
                 "reward": ep.total_reward, "invalid": sum(t.invalid for t in ep.turns),
-                "task_id": ep.task_id, "group_id": ep.group_id}
+                "task_id": ep.task_id, "group_id": ep.group_id,
+                "overflow": bool(ep.info.get("overflow", False))}
 
     def update_rows(self, eps):
         rows = []

@@ -91,7 +91,8 @@ class TextTrainer(loop.AgentTrainer):
     def view(self, ep) -> dict[str, Any]:
         return {"won": ep.won, "success_turn": ep.info.get("success_turn"), "turns": ep.turns,
                 "reward": ep.total_reward, "invalid": ep.info.get("invalid_actions", 0),
-                "task_id": ep.task_id, "group_id": ep.group_id}
+                "task_id": ep.task_id, "group_id": ep.group_id,
+                "overflow": bool(ep.info.get("overflow", False))}
 
     def update_rows(self, eps):
         return [_row(ep) for ep in eps]
