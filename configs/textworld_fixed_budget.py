@@ -29,6 +29,7 @@ def smoke_overrides(c) -> None:
     c.rl.update(dict(epochs=1, minibatch_rows=8))
     c.eval.update(dict(every_iters=0, num_samples=2, pass_ks=(1, 2)))
     c.checkpoint.every_iters = 2
+    c.env.num_workers = 0          # in-process envs: no worker start-up per run
 
 
 def get_config(arg=None):

@@ -21,43 +21,45 @@ from ml_collections import config_flags
 
 from meowjax.eval import evaluate
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py",
-                                          "The run's config (model, interface, games).")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run folder (checkpoints/ + tokenizer/); with "
-                               "--hf_path/--smollm2, where the report goes.", required=True)
-_HF_PATH = flags.DEFINE_string("hf_path", "", "Evaluate this local Hugging Face folder instead.")
-_SMOLLM2 = flags.DEFINE_bool("smollm2", False, "Evaluate the bundled SmolLM2-135M-Instruct GGUF.")
-_SPLIT = flags.DEFINE_string("split", "eval", "Named game set (see the module docstring).")
-_NUM_GAMES = flags.DEFINE_integer("num_games", 0, "Cap on the number of games (0: all/config).")
-_ALFWORLD_ROOT = flags.DEFINE_string("alfworld_root", os.environ.get("ALFWORLD_DATA", ""),
-                                     "ALFWorld data root for alfworld:* splits.")
-_KS = flags.DEFINE_list("ks", ["1", "2", "4"], "Pass@K grid.")
-_TS = flags.DEFINE_list("ts", ["4", "6", "8", "12"], "Turn-budget grid; T_max = max.")
-_SAMPLES = flags.DEFINE_integer("samples", 4, "Sampled episodes per game (>= max K).")
-_MODE = flags.DEFINE_enum("mode", "single_run", list(evaluate.MODES), "Pass@(K,T) mode.")
-_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
+def define_flags() -> None:
+    """The command-line flags (only when run as a script, so importing this module is free)."""
+    config_flags.DEFINE_config_file("config", "configs/default.py",
+                                    "The run's config (model, interface, games).")
+    flags.DEFINE_string("workdir", None, "Run folder (checkpoints/ + tokenizer/); with "
+                        "--hf_path/--smollm2, where the report goes.", required=True)
+    flags.DEFINE_string("hf_path", "", "Evaluate this local Hugging Face folder instead.")
+    flags.DEFINE_bool("smollm2", False, "Evaluate the bundled SmolLM2-135M-Instruct GGUF.")
+    flags.DEFINE_string("split", "eval", "Named game set (see the module docstring).")
+    flags.DEFINE_integer("num_games", 0, "Cap on the number of games (0: all/config).")
+    flags.DEFINE_string("alfworld_root", os.environ.get("ALFWORLD_DATA", ""),
+                        "ALFWorld data root for alfworld:* splits.")
+    flags.DEFINE_list("ks", ["1", "2", "4"], "Pass@K grid.")
+    flags.DEFINE_list("ts", ["4", "6", "8", "12"], "Turn-budget grid; T_max = max.")
+    flags.DEFINE_integer("samples", 4, "Sampled episodes per game (>= max K).")
+    flags.DEFINE_enum("mode", "single_run", list(evaluate.MODES), "Pass@(K,T) mode.")
+    flags.DEFINE_integer("seed", 0, "Sampling seed.")
 
 
 def main(argv):
     del argv
+    F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
-    c = _CONFIG.value
-    if _HF_PATH.value or _SMOLLM2.value:
-        agent = evaluate.load_imported_agent(c, _WORKDIR.value, hf_path=_HF_PATH.value,
-                                             smollm2=_SMOLLM2.value)
+    c = F.config
+    if F.hf_path or F.smollm2:
+        agent = evaluate.load_imported_agent(c, F.workdir, hf_path=F.hf_path, smollm2=F.smollm2)
     else:
-        agent = evaluate.load_agent(c, _WORKDIR.value)
-    tasks = evaluate.named_tasks(agent.trainer.c, _SPLIT.value, _NUM_GAMES.value or None,
-                                 _ALFWORLD_ROOT.value)
-    result = evaluate.evaluate_agent(agent, tasks, ks=[int(k) for k in _KS.value],
-                                     ts=[int(t) for t in _TS.value], samples=_SAMPLES.value,
-                                     mode=_MODE.value, name=_SPLIT.value, seed=_SEED.value)
+        agent = evaluate.load_agent(c, F.workdir)
+    tasks = evaluate.named_tasks(agent.trainer.c, F.split, F.num_games or None, F.alfworld_root)
+    result = evaluate.evaluate_agent(agent, tasks, ks=[int(k) for k in F.ks],
+                                     ts=[int(t) for t in F.ts], samples=F.samples, mode=F.mode,
+                                     name=F.split, seed=F.seed)
     path = evaluate.write_eval_report(
-        result, os.path.join(_WORKDIR.value, evaluate.out_dir_name(_SPLIT.value)), step=agent.step)
+        result, os.path.join(F.workdir, evaluate.out_dir_name(F.split)), step=agent.step)
     with open(path, encoding="utf-8") as f:
         print(f.read())
     logging.info("Report written to %s", path)
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

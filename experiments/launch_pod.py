@@ -178,22 +178,25 @@ def run_eval(c, workdir: str, split: str) -> dict[str, Any]:
     return out
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/pod_qwen2p5_1p5b.py", "Pod config.")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/meowjax_pod", "Run folder (shared or per host).")
-_MODE = flags.DEFINE_enum("mode", "check", list(MODES), "check: AOT compile; eval: evaluate.")
-_SPLIT = flags.DEFINE_string("split", "eval", "Game set for --mode=eval (see evaluate.py).")
+def define_flags() -> None:
+    """The command-line flags (only when run as a script, so importing this module is free)."""
+    config_flags.DEFINE_config_file("config", "configs/pod_qwen2p5_1p5b.py", "Pod config.")
+    flags.DEFINE_string("workdir", "/tmp/meowjax_pod", "Run folder (shared or per host).")
+    flags.DEFINE_enum("mode", "check", list(MODES), "check: AOT compile; eval: evaluate.")
+    flags.DEFINE_string("split", "eval", "Game set for --mode=eval (see evaluate.py).")
 
 
 def main(argv):
     del argv
+    F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
-    c = _CONFIG.value
+    c = F.config
     mesh, topo = setup(c)
-    out = run_check(c, mesh) if _MODE.value == "check" else run_eval(c, _WORKDIR.value,
-                                                                     _SPLIT.value)
+    out = run_check(c, mesh) if F.mode == "check" else run_eval(c, F.workdir, F.split)
     if jax.process_index() == 0:
-        print({"topology": topo, _MODE.value: out})
+        print({"topology": topo, F.mode: out})
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

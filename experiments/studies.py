@@ -178,37 +178,41 @@ def run_study(study: str, workdir: str, *, smoke: bool, seeds: Sequence[int],
     return study_report(study, results, workdir, seeds, smoke)
 
 
-_STUDY = flags.DEFINE_enum("study", "algos", list(STUDIES), "Which study to run.")
-_WORKDIR = flags.DEFINE_string("workdir", "runs/study", "One sub-folder per cell + the report.")
-_SMOKE = flags.DEFINE_bool("smoke", False, "Toy size: the whole sweep in a few minutes.")
-_SEEDS = flags.DEFINE_list("seeds", None, "Seeds (default 0,1,2; smoke 0,1).")
-_ESTIMATORS = flags.DEFINE_list("estimators", None, "gae (PPO) / grpo / rloo (default: all; "
-                                "smoke: rloo,grpo).")
-_REWARDS = flags.DEFINE_list("rewards", ["sparse", "dense"], "sparse / dense / process.")
-_SFT = flags.DEFINE_list("sft_shares", None, "SFT shares of the budget (default 0,0.25; "
-                         "smoke: 0.5).")
-_GAMES = flags.DEFINE_string("games_dir", "", "Override games.cache_dir of every cell.")
-_CACHE = flags.DEFINE_string("compile_cache", "", "JAX persistent compilation cache folder "
-                             "(cells share compiled shapes; speeds up sweeps).")
+def define_flags() -> None:
+    """The command-line flags (only when run as a script, so importing this module is free)."""
+    flags.DEFINE_enum("study", "algos", list(STUDIES), "Which study to run.")
+    flags.DEFINE_string("workdir", "runs/study", "One sub-folder per cell + the report.")
+    flags.DEFINE_bool("smoke", False, "Toy size: the whole sweep in a few minutes.")
+    flags.DEFINE_list("seeds", None, "Seeds (default 0,1,2; smoke 0,1).")
+    flags.DEFINE_list("estimators", None, "gae (PPO) / grpo / rloo (default: all; smoke: "
+                      "rloo,grpo).")
+    flags.DEFINE_list("rewards", ["sparse", "dense"], "sparse / dense / process.")
+    flags.DEFINE_list("sft_shares", None, "SFT shares of the budget (default 0,0.25; smoke: 0.5).")
+    flags.DEFINE_string("games_dir", "", "Override games.cache_dir of every cell.")
+    flags.DEFINE_string("compile_cache", "", "JAX persistent compilation cache folder (cells share "
+                        "compiled shapes; --smoke: <workdir>/jax_cache).")
 
 
 def main(argv):
     del argv
+    F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
-    if _CACHE.value:
+    smoke = F.smoke
+    cache = F.compile_cache or (os.path.join(F.workdir, "jax_cache") if smoke else "")
+    if cache:
         import jax
-        jax.config.update("jax_compilation_cache_dir", _CACHE.value)
+        jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    smoke = _SMOKE.value
-    seeds = [int(s) for s in (_SEEDS.value or (["0", "1"] if smoke else ["0", "1", "2"]))]
-    estimators = _ESTIMATORS.value or (["rloo", "grpo"] if smoke else list(study_algos.ESTIMATORS))
-    shares = [float(s) for s in (_SFT.value or (["0.5"] if smoke else ["0", "0.25"]))]
-    path = run_study(_STUDY.value, _WORKDIR.value, smoke=smoke, seeds=seeds,
-                     estimators=estimators, rewards=_REWARDS.value, sft_shares=shares,
-                     games_dir=_GAMES.value)
+    seeds = [int(s) for s in (F.seeds or (["0", "1"] if smoke else ["0", "1", "2"]))]
+    estimators = F.estimators or (["rloo", "grpo"] if smoke else list(study_algos.ESTIMATORS))
+    shares = [float(s) for s in (F.sft_shares or (["0.5"] if smoke else ["0", "0.25"]))]
+    path = run_study(F.study, F.workdir, smoke=smoke, seeds=seeds,
+                     estimators=estimators, rewards=F.rewards, sft_shares=shares,
+                     games_dir=F.games_dir)
     with open(path, encoding="utf-8") as f:
         print(f.read())
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

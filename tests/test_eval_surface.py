@@ -4,6 +4,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import types
 
 import numpy as np
@@ -35,12 +36,15 @@ def trained(tiny_games_dir, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games_dir):
+def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games_dir, monkeypatch):
     from absl import flags
     from experiments import evaluate as cli
     argv = ["evaluate", f"--config=configs/study_algos.py:{CELL}", f"--workdir={trained}",
             f"--config.games.cache_dir={tiny_games_dir}", "--split=eval", "--ks=1,2",
             "--ts=2,4", "--samples=2", "--mode=single_run"]
+    if "hf_path" not in flags.FLAGS:
+        cli.define_flags()
+    monkeypatch.setattr(sys, "argv", argv)   # config_flags reads its overrides from sys.argv
     flags.FLAGS(argv)
     try:
         cli.main([])
