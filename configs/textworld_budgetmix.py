@@ -1,4 +1,4 @@
-"""Turn-budget study, arm 2: BudgetMix, each training episode's budget drawn from ``turns.budget_mix``.
+"""Turn-budget study, arm 2: BudgetMix (each training episode's budget drawn from a mix).
 
 Same games, model, RL budget and evaluation grid as configs/textworld_fixed_budget.py; only the
 training budgets differ. ``mix`` lists the budgets separated by ``/``.

@@ -41,7 +41,8 @@ def get_config(arg=None):
     c.eval.update(dict(pass_ts=EVAL_BUDGETS, num_samples=4, pass_ks=(1, 2, 4)))
     if arg.smoke:
         smoke_overrides(c)
-        c.turns.update(dict(max_turns=min(arg.max_turns, 4), eval_max_turns=max(SMOKE_EVAL_BUDGETS)))
+        c.turns.update(dict(max_turns=min(arg.max_turns, 4),
+                            eval_max_turns=max(SMOKE_EVAL_BUDGETS)))
         c.eval.pass_ts = SMOKE_EVAL_BUDGETS
     c.lock()
     return c

@@ -49,7 +49,8 @@ def parse_difficulty(name: str) -> tuple[int, int, int]:
     """``"w2-o3-q4"`` -> (world_size, nb_objects, quest_length)."""
     m = _DIFFICULTY.match(name)
     if not m:
-        raise ValueError(f"TextWorld difficulty {name!r} is not w{{world}}-o{{objects}}-q{{quest}}, "
+        raise ValueError(f"TextWorld difficulty {name!r} is not "
+                         "w{world}-o{objects}-q{quest}, "
                          "e.g. w2-o3-q4.")
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
@@ -333,7 +334,8 @@ def report_sections(result: EvalResult) -> list[Any]:
         report.PassKTSection(f"Pass@(K,T) on {result.name}", result.pass_kt),
         report.TextSection("Per-turn diagnostics (sampled episodes)", report.markdown_table(
             ["quantity", "value", "over"], [
-                ["action validity (valid turns / turns)", fmt(d["validity"]), f"{d['turns']} turns"],
+                ["action validity (valid turns / turns)", fmt(d["validity"]),
+                 f"{d['turns']} turns"],
                 ["progress turns (expert plan got shorter)", fmt(d["progress_rate"]),
                  f"{d['turns']} turns"],
                 ["recovery after an invalid action (won / episodes with one)",

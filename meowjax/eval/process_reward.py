@@ -51,7 +51,8 @@ def plan_progress_reward(plan_before: int, plan_after: int, plan_start: int) -> 
       ValueError: on negative plan lengths.
     """
     if min(plan_before, plan_after, plan_start) < 0:
-        raise ValueError(f"plan lengths must be >= 0, got {plan_before}, {plan_after}, {plan_start}")
+        raise ValueError(f"plan lengths must be >= 0, got {plan_before}, {plan_after}, "
+                         f"{plan_start}")
     if plan_start == 0:
         return 0.0
     return (plan_before - plan_after) / plan_start
@@ -118,7 +119,7 @@ class ExpertPlanTracker:
 
 
 def turn_reward(mode: str, *, won: bool, score_gain: float, process: float) -> float:
-    """The turn reward of each density: sparse = 1[won], dense = score gain, process = plan progress."""
+    """Turn reward per density: sparse = 1[won], dense = score gain, process = plan progress."""
     if mode == "sparse":
         return 1.0 if won else 0.0
     if mode == "dense":
