@@ -52,6 +52,7 @@ class Target:
     new_tokens: int = 256  # T, decode steps the cache has room for (sampler)
     dtype: str = "float32"  # compute and parameter dtype
     remat: bool = False
+    token_terms: str = "current"  # update only: "fused" = the proposal in train_step
 
     @property
     def devices(self) -> int:
@@ -102,7 +103,7 @@ def compile_target(t: Target) -> dict:
                                                             shape))
 
     if t.fn == "update":
-        train_step.ensure_token_terms_shape(cfg)
+        train_step.use_token_terms(cfg, t.token_terms)
         optimizer = optim.make_optimizer(1e-6, warmup_steps=1, total_steps=100, grad_clip=1.0)
         step = text_steps.make_pg_step(cfg, optimizer, optimizer, train_step.pg_algo(),
                                        temperature=1.0, needs_critic=False)
@@ -184,7 +185,8 @@ def describe(r: dict) -> str:
     if "error" in r:
         return f"{name}: FAILED: {r['error']}"
     fits = " ".join(f"{g}GB:{'yes' if r['per_device_bytes'] <= g * GIB else 'no'}" for g in FITS)
-    return (f"{name} B={r['batch']} L={r['length']} {r['dtype']}{' remat' if r['remat'] else ''}:"
+    return (f"{name} B={r['batch']} L={r['length']} {r['dtype']}{' remat' if r['remat'] else ''}"
+            f"{' fused-logp' if r.get('token_terms') == 'fused' else ''}:"
             f" {r['per_device_bytes'] / GIB:.2f} GiB/device (args {r['argument_bytes'] / GIB:.2f},"
             f" temp {r['temp_bytes'] / GIB:.2f}) | fits {fits} | compile {r['compile_s']} s")
 
@@ -201,7 +203,8 @@ def markdown_table(results: list[dict]) -> str:
     for r in results:
         shapes = (f"B={r['batch']} L={r['length']}" if r["fn"] == "update" else
                   f"B={r['batch']} P={r['length']} T={r['new_tokens']}")
-        dtype = r["dtype"] + (" remat" if r["remat"] else "")
+        dtype = (r["dtype"] + (" remat" if r["remat"] else "")
+                 + (" fused-logp" if r.get("token_terms") == "fused" else ""))
         head = f"| {r['fn']} | {r['preset']} | "
         if "error" in r:
             lines.append(head + f"- | {r['fsdp']} x {r['tensor']} | {shapes} | {dtype} | "
@@ -231,7 +234,7 @@ def parse_targets(args) -> list[Target]:
         out.append(Target(fn, preset, fsdp=int(mesh.get("fsdp", 1)),
                           tensor=int(mesh.get("tensor", 1)), batch=args.batch,
                           length=args.length, new_tokens=args.new_tokens, dtype=args.dtype,
-                          remat=args.remat))
+                          remat=args.remat, token_terms=args.token_terms))
     return out
 
 
@@ -245,6 +248,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--remat", action="store_true")
+    parser.add_argument("--token_terms", default="current", choices=("current", "fused"))
     parser.add_argument("--timeout_s", type=float, default=1800,
                         help="budget of each child process (all targets of one mesh size)")
     parser.add_argument("--results", default=DEFAULT_RESULTS)

@@ -20,7 +20,7 @@ if [[ -d .whl ]] && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false   # torch shares the GPU in the same run
-RESULTS=${OUT:-/tmp}/gpu_results.md
+RESULTS=${OUT:-/tmp}/gpu_results.md; mkdir -p "$(dirname "$RESULTS")"
 
 if [[ -n "${GPU_CHECK_TINY:-}" ]]; then
   PRESETS=tiny; DEVICE=cpu; B=2; L=32; PEAK_N=256; SB=2; SP=16; ST=8; REPEATS=1

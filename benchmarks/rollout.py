@@ -148,10 +148,25 @@ def peak_memory_mib() -> tuple[float, float]:
     return own, children
 
 
+def padding_breakdown(batches: list[tuple[int, int, int, int]]) -> dict[str, float]:
+    """Where the padded slots of update batches go, from (B, L, real rows, real tokens) tuples:
+
+        efficiency     = sum real tokens / sum B L
+        row_padding    = sum (B - real rows) L / sum B L        (rows with row_weight 0)
+        length_padding = 1 - efficiency - row_padding           (short rows in an L bucket)
+    """
+    slots = sum(b * length for b, length, _, _ in batches)
+    row_pad = sum((b - rows) * length for b, length, rows, _ in batches) / slots
+    eff = sum(tok for *_, tok in batches) / slots
+    return {"batches": len(batches), "efficiency": eff, "row_padding": row_pad,
+            "length_padding": 1.0 - eff - row_pad}
+
+
 def smoke_run(workdir: str, config_arg: str = "smoke=True") -> dict[str, Any]:
     """Runs configs/default.py:<config_arg> in this process, instrumented (see module doc)."""
     from configs import default
     from meowjax.envs import pool as pool_lib
+    from meowjax.rollout import buckets
     from meowjax.trainers import run as run_lib
 
     c = default.get_config(config_arg)
@@ -173,12 +188,22 @@ def smoke_run(workdir: str, config_arg: str = "smoke=True") -> dict[str, Any]:
                 setattr(self, attr, timers.wrap(attr, fn, block=True))
 
     base.setup_steps = setup_steps
+    batches: list[tuple[int, int, int, int]] = []
+    original_eff = buckets.padding_efficiency
+
+    def padding_efficiency(batch):
+        real = batch["mask"] * (batch["row_weight"][:, None] > 0)
+        batches.append((*real.shape, int((batch["row_weight"] > 0).sum()), int(real.sum())))
+        return original_eff(batch)
+
+    buckets.padding_efficiency = padding_efficiency
     start = time.perf_counter()
     try:
         with CompileCounter() as compiles:
             run_lib.run(c, workdir)
     finally:
         base.setup_steps = original_setup
+        buckets.padding_efficiency = original_eff
         for m, fn in originals.items():
             setattr(pool_lib.EnvPool, m, fn)
     wall = time.perf_counter() - start
@@ -188,6 +213,7 @@ def smoke_run(workdir: str, config_arg: str = "smoke=True") -> dict[str, Any]:
             "signatures": {k: len(v) for k, v in compiles.signatures.items()},
             "repeated_compiles": compiles.repeats(), "peak_rss_mib": own,
             "peak_child_rss_mib": children,
+            "padding": padding_breakdown(batches) if batches else None,
             "summary": summarize(read_metrics(os.path.join(workdir, "metrics.jsonl")))}
 
 
@@ -205,6 +231,10 @@ def smoke_report(p: dict[str, Any]) -> str:
         + ", ".join(f"{k}={v} ({p['signatures'][k]} shapes)"
                     for k, v in sorted(p["compiles"].items(), key=lambda kv: -kv[1])),
         f"compiles repeated for an already-seen shape: {p['repeated_compiles'] or 'none'}",
+        ("update batches: none" if not p["padding"] else
+         f"update batches: {p['padding']['batches']}, real tokens {p['padding']['efficiency']:.1%}"
+         f", padding rows (row_weight 0) {p['padding']['row_padding']:.1%}, padding within rows "
+         f"(length bucket) {p['padding']['length_padding']:.1%}"),
         f"peak host memory: learner {p['peak_rss_mib']:.0f} MiB, largest env worker "
         f"{p['peak_child_rss_mib']:.0f} MiB",
     ]

@@ -128,6 +128,34 @@ def _fixed_token_terms(params, cfg, batch: dict, temperature: float):
     return logp_BL, ent_BL
 
 
+def fused_token_terms(params, cfg, batch: dict, temperature: float):
+    """Proposed token_terms: ONE full-vocab log_softmax feeds both the token log-probs and the
+    entropy, and the entropy carries no gradient (it is only a metric when entropy_coef == 0):
+
+        logp_BLV = log_softmax(logits / tau);  logp[:, t] = logp_BLV[:, t - 1, tokens[:, t]]
+        H[:, t] = sg(-sum_v exp(logp_BLV[:, t - 1]) logp_BLV[:, t - 1])
+    """
+    logits = lm.forward(params, cfg, batch["tokens"], lm.positions_from_mask(batch["mask"]),
+                        batch["mask"])
+    logp_BLV = jax.nn.log_softmax(logits[:, :-1] / temperature, axis=-1)
+    targets = batch["tokens"][:, 1:, None].astype(jnp.int32)
+    logp = jnp.take_along_axis(logp_BLV, targets, axis=-1)[..., 0]
+    ent = jax.lax.stop_gradient(-jnp.sum(jnp.exp(logp_BLV) * logp_BLV, axis=-1))
+    pad = lambda x_BT: jnp.pad(x_BT, ((0, 0), (1, 0)))
+    return pad(logp), pad(ent)
+
+
+def use_token_terms(cfg, variant: str) -> None:
+    """"current": the project's text_steps.token_terms (shape-fixed if needed); "fused": the
+    proposal above, patched into text_steps for this process only (to measure before/after)."""
+    if variant == "fused":
+        text_steps.token_terms = fused_token_terms
+    elif variant == "current":
+        ensure_token_terms_shape(cfg)
+    else:
+        raise ValueError(f"token_terms variant {variant!r}; choose 'current' or 'fused'.")
+
+
 def ensure_token_terms_shape(cfg) -> None:
     """Patches `text_steps.token_terms` in this process if it returns [B, L - 1] (a bug seen in
     d7ebe42: the shifted log-probs lose one column, so the PG/SFT steps fail their chex checks)."""
@@ -142,9 +170,10 @@ def ensure_token_terms_shape(cfg) -> None:
         text_steps.token_terms = _fixed_token_terms
 
 
-def ours_step(cfg, params, batch_np, repeats: int) -> tuple[float, float]:
+def ours_step(cfg, params, batch_np, repeats: int, variant: str = "current"
+              ) -> tuple[float, float]:
     """(seconds per update, first-batch policy loss) of make_pg_step on one device."""
-    ensure_token_terms_shape(cfg)
+    use_token_terms(cfg, variant)
     optimizer = optim.make_optimizer(LR, warmup_steps=0, total_steps=1000, grad_clip=GRAD_CLIP)
     step = text_steps.make_pg_step(cfg, optimizer, optimizer, pg_algo(), temperature=1.0,
                                    needs_critic=False)
@@ -210,7 +239,8 @@ def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str) -> 
 
 
 def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
-                 with_torch: bool, device: str, peak: float) -> StepResult:
+                 with_torch: bool, device: str, peak: float, variant: str = "current"
+                 ) -> StepResult:
     """Measures one preset (random init, same weights on both sides) and prints a line."""
     cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
     params = lm.init_params(cfg, jax.random.key(0))
@@ -220,7 +250,7 @@ def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
         with tempfile.TemporaryDirectory() as tmp:
             hf_io.save_hf_checkpoint(tmp, cfg.replace(dtype="float32"), params)
             t_torch, loss_torch = torch_step(tmp, batch_np, repeats, dtype, device)
-    t_ours, loss_ours = ours_step(cfg, params, batch_np, repeats)
+    t_ours, loss_ours = ours_step(cfg, params, batch_np, repeats, variant)
     n_tok = batch * length
     res = StepResult(preset, config_lib.num_params(cfg), batch, length, dtype, n_tok / t_ours,
                      None if t_torch is None else n_tok / t_torch, peak, loss_ours, loss_torch)
@@ -267,6 +297,8 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                         help="compute dtype (params stay fp32; torch uses autocast for bf16)")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
     parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
+    parser.add_argument("--token_terms", default="current", choices=("current", "fused"),
+                        help="'fused': measure the proposed one-log_softmax token_terms")
     parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")
@@ -275,7 +307,7 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     print(f"{machine_line()}\nmatmul peak ({args.peak_n}^3, {args.dtype}): "
           f"{peak / 1e9:.1f} GFLOP/s", flush=True)
     results = [bench_preset(p, args.batch, args.length, args.repeats, args.dtype,
-                            not args.no_torch, args.device, peak)
+                            not args.no_torch, args.device, peak, args.token_terms)
                for p in args.presets.split(",") if p]
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:

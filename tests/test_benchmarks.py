@@ -85,6 +85,15 @@ def test_rollout_summary_from_metrics_file(tmp_path):
     assert "padding efficiency 80.0%" in out and "rollout share 32.0%" in out
 
 
+def test_padding_breakdown_splits_row_and_length_padding():
+    # B=4, L=10: 3 real rows holding 6 + 5 + 4 tokens; B=2, L=5: 2 real rows, 5 + 5 tokens.
+    p = rollout.padding_breakdown([(4, 10, 3, 15), (2, 5, 2, 10)])
+    assert p["batches"] == 2
+    assert p["efficiency"] == pytest.approx(25 / 50)
+    assert p["row_padding"] == pytest.approx(10 / 50)
+    assert p["length_padding"] == pytest.approx(15 / 50)
+
+
 def test_rollout_rejects_missing_or_rl_free_metrics(tmp_path):
     with pytest.raises(FileNotFoundError, match="--metrics"):
         rollout.read_metrics(str(tmp_path / "nope.jsonl"))
