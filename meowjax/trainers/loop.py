@@ -31,6 +31,7 @@ from absl import logging
 from meowjax.envs.pool import EnvPool
 from meowjax.envs.registry import EnvSpec
 from meowjax.eval import passk, stats
+from meowjax.models import value
 from meowjax.rl import estimators
 from meowjax.rollout import buckets
 from meowjax.trainers import checkpoint, data, metrics_log, optim
@@ -124,10 +125,6 @@ class AgentTrainer(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def init_value_params(self, key: jax.Array) -> Any:
-        ...
-
-    @abc.abstractmethod
     def play(self, params, pool, tasks, *, group_size: int, budgets: Sequence[int],
              rng: np.random.Generator, greedy: bool, key: jax.Array) -> list[Any]:
         ...
@@ -167,7 +164,8 @@ class AgentTrainer(abc.ABC):
     def _rl_state(self, params):
         vparams, vopt = {}, {}
         if self.spec.needs_critic:
-            vparams = self.init_value_params(jax.random.key(self.c.seed + 1))
+            # The critic starts from the policy's trunk (as after SFT) with a fresh head.
+            vparams = value.init_value_params(self.cfg, jax.random.key(self.c.seed + 1), params)
             vopt = self.critic_opt.init(vparams)
         return optim.TrainState(step=jnp.int32(0), params=params,
                                 opt_state=self.rl_opt.init(params), value_params=vparams,

@@ -38,16 +38,12 @@ def chosen_logp(logp_BC: jax.Array, chosen_B: jax.Array) -> jax.Array:
     return jnp.take_along_axis(logp_BC, chosen_B[:, None].astype(jnp.int32), axis=1)[:, 0]
 
 
-def init_value_head(cfg: ModelConfig) -> dict:
-    return {"kernel": jnp.zeros((cfg.hidden_size,), jnp.float32), "bias": jnp.zeros((), jnp.float32)}
-
-
 def turn_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
-    """V_B read at each row's last prompt token: trunk (own weights) + linear head."""
+    """V_B read at each row's last prompt token (meowjax.models.value params: trunk + head)."""
     hidden_BLE = scoring.packed_hidden(vparams, cfg, batch)
     h_BE = scoring.prompt_last_hidden(hidden_BLE, batch["prompt_len"]).astype(jnp.float32)
     head = vparams["value_head"]
-    return h_BE @ head["kernel"] + head["bias"]
+    return (h_BE @ head["kernel"].astype(jnp.float32))[:, 0] + head["bias"][0]
 
 
 def make_score_fn(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str):

@@ -32,11 +32,6 @@ class ScoreTrainer(loop.AgentTrainer):
         self.pad_values = {"cand": c.policy.max_cands}
         self.init_params = lambda key: lm.init_params(self.cfg, key)
 
-    def init_value_params(self, key):
-        vparams = dict(lm.init_params(self.cfg, key))
-        vparams["value_head"] = score_steps.init_value_head(self.cfg)
-        return vparams
-
     def setup_steps(self) -> None:
         c = self.c
         kw = dict(max_cands=c.policy.max_cands, norm=c.policy.score_norm)

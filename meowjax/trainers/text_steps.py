@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from meowjax.models import lm
+from meowjax.models import lm, value
 from meowjax.models.config import ModelConfig
 from meowjax.rl import losses, reduce
 
@@ -42,11 +42,10 @@ def token_terms(params, cfg: ModelConfig, batch: dict, temperature: float):
 
 
 def token_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
-    """V_BL: the critic's value of the state before each token (trunk + linear head)."""
+    """V_BL: the critic's value of the state before each token (meowjax.models.value)."""
     positions = lm.positions_from_mask(batch["mask"])
-    hidden = lm.hidden_states(vparams, cfg, batch["tokens"], positions, batch["mask"])
-    v = hidden.astype(jnp.float32) @ vparams["value_head"]["kernel"] + vparams["value_head"]["bias"]
-    return _shift_right(v)
+    return _shift_right(value.value_forward(vparams, cfg, batch["tokens"], positions,
+                                            batch["mask"]))
 
 
 def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation):

@@ -54,12 +54,6 @@ class TextTrainer(loop.AgentTrainer):
                                pad_id=max(self.tok.pad_token_id or 0, 0))
         self.pad_values = {}
 
-    def init_value_params(self, key):
-        vparams = dict(lm.init_params(self.cfg, key))
-        vparams["value_head"] = {"kernel": np.zeros((self.cfg.hidden_size,), np.float32),
-                                 "bias": np.zeros((), np.float32)}
-        return jax.tree.map(jax.numpy.asarray, vparams)
-
     def setup_steps(self) -> None:
         c = self.c
         tau = c.policy.temperature

