@@ -34,8 +34,14 @@ def budget_plan(c: ml_collections.ConfigDict) -> dict[str, int]:
 
 
 def env_kwargs(c: ml_collections.ConfigDict, *, admissible: bool) -> dict[str, Any]:
-    return dict(reward_mode=c.env.reward_mode, invalid_action_penalty=c.env.invalid_action_penalty,
-                admissible=admissible, compact=c.env.compact)
+    """Constructor options of the configured env family."""
+    if c.env.family == "swe":
+        return dict(reward=c.env.reward_mode, invalid_action_penalty=c.env.invalid_action_penalty)
+    kw = dict(reward_mode=c.env.reward_mode, invalid_action_penalty=c.env.invalid_action_penalty,
+              admissible=admissible)
+    if c.env.family == "textworld":
+        kw["compact"] = c.env.compact
+    return kw
 
 
 def _spec(c, split: str, num: int, hard: bool) -> textworld_games.GameSetSpec:
@@ -53,6 +59,8 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
     tuning (never tune on the test seeds).
     """
     g = c.games
+    if c.env.family != "textworld":
+        return _other_family_sets(c)
     wanted = {"train": _spec(c, "train", g.num_train, False),
               "sft": _spec(c, "sft", g.num_sft, False),
               "eval": _spec(c, g.eval_split, g.num_eval, False),
@@ -64,6 +72,40 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
             continue
         out[name] = textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
         logging.info("games %s: %d x %s (%s)", name, len(out[name]), spec.name, spec.split)
+    return out
+
+
+def _other_family_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
+    """Task sets of the code-repair ("swe", tier = games.level) and ALFWorld families.
+
+    ALFWorld: ``games.num_*`` games spread over the six task types; the harder split is
+    ALFRED's unseen rooms. Code repair: the harder split is the next tier.
+    """
+    g = c.games
+    out: dict[str, list[Task]] = {}
+    if c.env.family == "swe":
+        from meowjax.envs.swe import tasks as swe_tasks
+        plan = {"train": ("train", g.num_train, g.level), "sft": ("sft", g.num_sft, g.level),
+                "eval": (g.eval_split, g.num_eval, g.level),
+                "eval_hard": (g.eval_split, g.num_eval_hard, min(g.level + 1, 3))}
+        for name, (split, num, tier) in plan.items():
+            folder = os.path.join(g.cache_dir, f"swe-tier{tier}", split)
+            out[name] = swe_tasks.generate_tasks(folder, tier, split, num) if num else []
+    elif c.env.family == "alfworld":
+        from meowjax.envs import alfworld_gen
+        plan = {"train": ("train", g.num_train), "sft": ("sft", g.num_sft),
+                "eval": ("valid_seen" if g.eval_split == "valid" else "test", g.num_eval),
+                "eval_hard": ("valid_unseen", g.num_eval_hard)}
+        for name, (split, num) in plan.items():
+            per_type = -(-num // len(alfworld_gen.TASK_TYPES))
+            out[name] = (alfworld_gen.generate_alfworld_games(
+                os.path.join(g.cache_dir, "alfworld", split), num_per_type=per_type,
+                split=split, num_workers=g.gen_workers, seed=c.seed)[:num] if num else [])
+    else:
+        raise ValueError(f"env.family={c.env.family!r} has no game sets; use textworld, "
+                         "alfworld or swe.")
+    for name, tasks in out.items():
+        logging.info("tasks %s: %d (%s)", name, len(tasks), c.env.family)
     return out
 
 

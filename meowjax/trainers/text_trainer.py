@@ -47,7 +47,11 @@ class TextTrainer(loop.AgentTrainer):
             self.tok = hf_io.load_tokenizer(folder)
             self.init_params = lambda key: params
         self.eot = chat.end_of_turn_id(self.tok)
-        self.fmt = chat.ChatFormat()
+        instruction = chat.DEFAULT_INSTRUCTION
+        if c.env.family == "swe":
+            from meowjax.envs.swe.env import SweEnv
+            instruction = SweEnv.SYSTEM_PROMPT
+        self.fmt = chat.ChatFormat(instruction=instruction)
         self.sampler = Sampler(self.cfg, max_new_tokens=c.policy.max_action_tokens,
                                prompt_buckets=tuple(c.rollout.length_buckets),
                                batch_buckets=(1, 2, 4, 8, 16, 32, 64),
