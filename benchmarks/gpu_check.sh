@@ -33,12 +33,12 @@ $PY -c "import jax, torch; print('jax', jax.__version__, jax.devices(), '| torch
 torch.__version__, torch.cuda.is_available())"
 
 echo "== update step (forward + backward + AdamW), bf16 compute, fp32 params =="
-timeout 240 $PY -m benchmarks.train_step --presets=$PRESETS --dtype=bfloat16 --device=$DEVICE \
+timeout 180 $PY -m benchmarks.train_step --presets=$PRESETS --dtype=bfloat16 --device=$DEVICE \
   --batch=$B --length=$L --peak_n=$PEAK_N --repeats=$REPEATS --results="$RESULTS" \
   --note="(GPU check, bf16)" || echo "update benchmark failed or timed out (rc=$?)"
 
 echo "== sampler (prefill + on-device greedy decode), bf16 params and KV cache =="
-timeout 150 $PY - "$PRESETS" "$DEVICE" "$SB" "$SP" "$ST" "$PEAK_N" <<'EOF' || echo "sampler failed (rc=$?)"
+timeout 100 $PY - "$PRESETS" "$DEVICE" "$SB" "$SP" "$ST" "$PEAK_N" <<'EOF' || echo "sampler failed (rc=$?)"
 import sys, time
 import jax, jax.numpy as jnp, numpy as np, torch, transformers, tempfile
 from benchmarks.train_step import matmul_peak
