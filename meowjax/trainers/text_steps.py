@@ -36,8 +36,9 @@ def token_terms(params, cfg: ModelConfig, batch: dict, temperature: float):
     positions = lm.positions_from_mask(batch["mask"])
     logits = lm.forward(params, cfg, batch["tokens"], positions, batch["mask"])
     scaled = logits / temperature
-    logp_BL = _shift_right(lm.token_logprobs(scaled[:, :-1], batch["tokens"][:, 1:]))
-    ent_BL = _shift_right(losses.entropy_from_logits(scaled)[:, :-1])
+    pad_left = lambda x: jnp.pad(x, ((0, 0), (1, 0)))   # [B, L-1] predictions of tokens 1..L-1
+    logp_BL = pad_left(lm.token_logprobs(scaled[:, :-1], batch["tokens"][:, 1:]))
+    ent_BL = pad_left(losses.entropy_from_logits(scaled[:, :-1]))
     return logp_BL, ent_BL
 
 
