@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import functools
+from typing import Callable
+
 import flax.struct
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
@@ -43,3 +47,32 @@ class TrainState(flax.struct.PyTreeNode):
     opt_state: Any
     value_params: Any
     value_opt_state: Any
+
+
+def make_update_step(loss_fn: Callable, optimizer: optax.GradientTransformation, *, prefix: str,
+                     critic_loss_fn: Callable | None = None,
+                     critic_optimizer: optax.GradientTransformation | None = None):
+    """jit(state, batch) -> (state, metrics): one optimizer step on ``loss_fn(params, batch)``
+    (and on ``critic_loss_fn(value_params, batch)`` when given). The state is donated.
+
+    Both losses return ``(loss, metrics)``; ``{prefix}/grad_norm`` and ``{prefix}/skipped`` (updates
+    skipped so far for non-finite gradients) are added.
+    """
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(state: TrainState, batch):
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        metrics[f"{prefix}/grad_norm"] = optax.global_norm(grads)
+        metrics[f"{prefix}/skipped"] = skipped_updates(opt_state).astype(jnp.float32)
+        vparams, vopt = state.value_params, state.value_opt_state
+        if critic_loss_fn is not None:
+            (_, vm), vgrads = jax.value_and_grad(critic_loss_fn, has_aux=True)(vparams, batch)
+            vupdates, vopt = critic_optimizer.update(vgrads, vopt, vparams)
+            vparams = optax.apply_updates(vparams, vupdates)
+            metrics.update(vm)
+        return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                             opt_state=opt_state, value_params=vparams,
+                             value_opt_state=vopt), metrics
+
+    return step

@@ -10,8 +10,6 @@ quantity is a ``[B, 1]`` array so the token-level losses of ``meowjax.rl`` apply
 
 from __future__ import annotations
 
-import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +20,7 @@ from meowjax.models import lm
 from meowjax.models.config import ModelConfig
 from meowjax.rl import losses, reduce
 from meowjax.rollout import scoring
-from meowjax.trainers.optim import TrainState
+from meowjax.trainers import optim
 
 PACKED_KEYS = ("tokens", "seg", "positions", "src", "cand", "mask", "num_cands", "prompt_len")
 
@@ -67,16 +65,7 @@ def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, *, 
         acc = jnp.sum(jnp.where(w > 0, jnp.exp(logp_B), 0.0) * w) / jnp.maximum(jnp.sum(w), 1.0)
         return loss, {"sft/loss": loss, "sft/expert_prob": acc}
 
-    @functools.partial(jax.jit, donate_argnums=0)
-    def step(state: TrainState, batch):
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics["sft/grad_norm"] = optax.global_norm(grads)
-        metrics["sft/skipped"] = opt_state.total_notfinite.astype(jnp.float32)
-        return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
-
-    return step
+    return optim.make_update_step(loss_fn, optimizer, prefix="sft")
 
 
 def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
@@ -113,24 +102,9 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
         return loss, {"pg/value_loss": loss, "pg/value_abs_err": err,
                       "pg/value_clip_fraction": m["clip_fraction"]}
 
-    @functools.partial(jax.jit, donate_argnums=0)
-    def step(state: TrainState, batch):
-        (_, metrics), grads = jax.value_and_grad(policy_loss, has_aux=True)(state.params, batch)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics["pg/grad_norm"] = optax.global_norm(grads)
-        metrics["pg/skipped"] = opt_state.total_notfinite.astype(jnp.float32)
-        vparams, vopt = state.value_params, state.value_opt_state
-        if needs_critic:
-            (_, vm), vgrads = jax.value_and_grad(critic_loss, has_aux=True)(vparams, batch)
-            vupdates, vopt = value_optimizer.update(vgrads, vopt, vparams)
-            vparams = optax.apply_updates(vparams, vupdates)
-            metrics.update(vm)
-        new = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
-                            value_params=vparams, value_opt_state=vopt)
-        return new, metrics
-
-    return step
+    return optim.make_update_step(policy_loss, optimizer, prefix="pg",
+                                  critic_loss_fn=critic_loss if needs_critic else None,
+                                  critic_optimizer=value_optimizer)
 
 
 def make_eval_fns(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str,

@@ -14,7 +14,6 @@ and the value of the state before token t is read at t - 1 likewise. Only ``loss
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +23,7 @@ import optax
 from meowjax.models import lm, value
 from meowjax.models.config import ModelConfig
 from meowjax.rl import losses, reduce
+from meowjax.trainers import optim
 
 
 def _shift_right(x_BL: jax.Array) -> jax.Array:
@@ -55,16 +55,7 @@ def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation):
         nll = -reduce.masked_aggregate(logp, batch["loss_mask"], batch["row_weight"], "token_mean")
         return nll, {"sft/loss": nll}
 
-    @functools.partial(jax.jit, donate_argnums=0)
-    def step(state, batch):
-        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        metrics["sft/grad_norm"] = optax.global_norm(grads)
-        metrics["sft/skipped"] = opt_state.total_notfinite.astype(jnp.float32)
-        return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                             opt_state=opt_state), metrics
-
-    return step
+    return optim.make_update_step(loss_fn, optimizer, prefix="sft")
 
 
 def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
@@ -93,23 +84,9 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
                                     batch["row_weight"], clip=clip)
         return loss, {"pg/value_loss": loss, "pg/value_clip_fraction": m["clip_fraction"]}
 
-    @functools.partial(jax.jit, donate_argnums=0)
-    def step(state, batch):
-        (_, metrics), grads = jax.value_and_grad(policy_loss, has_aux=True)(state.params, batch)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        metrics["pg/grad_norm"] = optax.global_norm(grads)
-        metrics["pg/skipped"] = opt_state.total_notfinite.astype(jnp.float32)
-        vparams, vopt = state.value_params, state.value_opt_state
-        if needs_critic:
-            (_, vm), vgrads = jax.value_and_grad(critic_loss, has_aux=True)(vparams, batch)
-            vupdates, vopt = value_optimizer.update(vgrads, vopt, vparams)
-            vparams = optax.apply_updates(vparams, vupdates)
-            metrics.update(vm)
-        return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                             opt_state=opt_state, value_params=vparams,
-                             value_opt_state=vopt), metrics
-
-    return step
+    return optim.make_update_step(policy_loss, optimizer, prefix="pg",
+                                  critic_loss_fn=critic_loss if needs_critic else None,
+                                  critic_optimizer=value_optimizer)
 
 
 def make_old_terms(cfg: ModelConfig, *, temperature: float, needs_critic: bool):
