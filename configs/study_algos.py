@@ -1,8 +1,9 @@
 """Algorithm x reward density x SFT share study (the Practitioner's Guide comparison, small scale).
 
 One cell = one run: ``estimator`` (gae = PPO with a critic, grpo, rloo), ``reward`` (sparse =
-outcome only, dense = score delta, process = expert-plan progress via the ``process`` env family
-of meowjax/eval/process_reward.py), ``sft_share`` of the episode budget spent on SFT
+outcome only, dense = score delta, process = expert-plan progress from
+meowjax/eval/process_reward.py; needs the trainer to wrap its env spec for
+``env.reward_mode="process"``, see that module), ``sft_share`` of the episode budget spent on SFT
 demonstrations, ``seed``. experiments/studies.py sweeps the cells and writes the comparison.
 
     python -m experiments.train --config=configs/study_algos.py:estimator=gae,reward=dense \
@@ -30,8 +31,6 @@ def get_config(arg=None):
     c.seed = arg.seed
     c.rl.estimator = arg.estimator
     c.env.reward_mode = arg.reward
-    if arg.reward == "process":
-        c.env.family = "process"   # ProcessRewardEnv around TextWorld (registered by studies.py)
     c.budget.sft_share = arg.sft_share
     c.games.num_sft = max(c.games.num_sft, int(round(
         arg.sft_share * c.budget.total_episodes / c.budget.sft_demo_cost)))

@@ -70,9 +70,12 @@ def test_sparse_and_dense_modes_keep_logging_the_process_signal(game):
 
 
 def test_process_family_through_an_env_pool(game):
-    pr.register()
-    pool = EnvPool(EnvSpec("process", dict(reward_mode="process", compact=True, admissible=True,
-                                           invalid_action_penalty=-0.1)), num_workers=0)
+    assert pr.wrap_spec(EnvSpec("textworld", dict(reward_mode="dense"))).family == "textworld"
+    spec = pr.wrap_spec(EnvSpec("textworld", dict(reward_mode="process", admissible=True,
+                                                  invalid_action_penalty=-0.1)))
+    assert spec == EnvSpec("process", dict(reward_mode="process", admissible=True,
+                                           invalid_action_penalty=-0.1, inner_family="textworld"))
+    pool = EnvPool(spec, num_workers=0)
     try:
         (reset,) = pool.reset([game], [10])
         assert reset.admissible

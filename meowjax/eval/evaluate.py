@@ -60,7 +60,8 @@ def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None =
     """Tasks of a named game set.
 
     Names:
-      ``eval`` / ``eval_hard``: the config's held-out sets (training difficulty / harder);
+      ``eval`` / ``eval_hard``: the config's held-out sets (training difficulty / harder), for
+        every env family (``trainers.data.game_sets``);
       ``textworld:w4-o6-q8:test``: custom TextWorld games of that difficulty and split (generated
         into ``games.cache_dir`` on first use; splits train | sft | valid | test);
       ``alfworld:valid_unseen[:pick_and_place_simple,look_at_obj_in_light]``: ALFWorld games of a
@@ -70,15 +71,9 @@ def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None =
     from meowjax.envs import textworld_games
     g = c.games
     parts = name.split(":")
-    if name in ("eval", "eval_hard"):
-        hard = name == "eval_hard"
-        w, o, q = ((g.hard_world_size, g.hard_nb_objects, g.hard_quest_length) if hard
-                   else (g.world_size, g.nb_objects, g.quest_length))
-        default_n = g.num_eval_hard if hard else g.num_eval
-        spec = textworld_games.GameSetSpec(kind=g.kind, world_size=w, nb_objects=o,
-                                           quest_length=q, split=g.eval_split, level=g.level,
-                                           num_games=num_games or default_n)
-        return textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
+    if name in ("eval", "eval_hard"):          # any family: the trainer's own held-out sets
+        tasks = data.game_sets(c)[name]
+        return tasks[:num_games] if num_games else tasks
     if parts[0] == "textworld" and len(parts) == 3:
         w, o, q = parse_difficulty(parts[1])
         if parts[2] not in textworld_games.SPLIT_SEED_RANGES:
@@ -285,8 +280,7 @@ def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts
             res = passk.estimate_pass_at_k_t(by_budget, ks, ts, mode="per_budget", seed=seed)
     finally:
         pool.close()
-    family = c.env.family if c.env.family != "process" else "textworld"
-    traces = replay_traces(family, tasks, played, t_max)
+    traces = replay_traces(c.env.family, tasks, played, t_max)
     logging.info("evaluated %s: greedy success %.3f, Pass@(1,%d) %.3f", name,
                  np.mean([v["won"] for v in greedy]), t_max, res.mean_KT[0, -1])
     return EvalResult(name, agent.source, mode, loop.success_summary(greedy), res, traces, t_max,

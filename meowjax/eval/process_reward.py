@@ -24,7 +24,8 @@ policies is the outcome reward's.
 
 ``ExpertPlanTracker`` is the per-episode state a trainer calls once per step; ``ProcessRewardEnv``
 wraps any :class:`TextEnv` family so that ``reward_mode="process"`` works through an ``EnvPool``
-(its ``info`` carries ``process_reward``, ``progress``, ``plan_remaining``, ``outcome_reward``).
+(its ``info`` carries ``process_reward``, ``progress``, ``plan_remaining``, ``outcome_reward``);
+``wrap_spec`` turns a run's ``EnvSpec`` into the wrapped one when ``reward_mode == "process"``.
 Host-only Python, no JAX.
 """
 
@@ -173,7 +174,8 @@ class ProcessRewardEnv:
         the process signal.
       replan: use the game's own replanning when available (TextWorld ``policy_commands``).
       invalid_action_penalty: added (<= 0) on invalid actions, as in the inner envs.
-      **inner_kwargs: the inner env's other options (admissible, compact, ...).
+      **inner_kwargs: the inner env's other options (admissible, compact, ...); a TextWorld
+        inner env defaults to ``compact=True`` (the default of ``configs/common.py``).
     """
 
     def __init__(self, inner_family: str = "textworld", reward_mode: str = "process",
@@ -183,6 +185,8 @@ class ProcessRewardEnv:
             raise EnvError(f"invalid_action_penalty={invalid_action_penalty} must be <= 0.")
         self.reward_mode = reward_mode
         self.penalty = float(invalid_action_penalty)
+        if inner_family == "textworld":
+            inner_kwargs.setdefault("compact", True)
         self.inner = make_env(EnvSpec(inner_family, dict(inner_kwargs, reward_mode="dense")))
         self.replan = replan and _enable_replanning(self.inner)
         self.tracker: ExpertPlanTracker | None = None
@@ -222,6 +226,18 @@ class ProcessRewardEnv:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def wrap_spec(spec: EnvSpec) -> EnvSpec:
+    """The env spec a trainer should build: for ``reward_mode="process"`` the same family inside
+    ``ProcessRewardEnv`` (registered here as family "process"); any other spec unchanged.
+
+        EnvPool(wrap_spec(EnvSpec(c.env.family, data.env_kwargs(c, admissible=...))), ...)
+    """
+    if spec.kwargs.get("reward_mode") != "process" or spec.family == "process":
+        return spec
+    register()
+    return EnvSpec("process", dict(spec.kwargs, inner_family=spec.family))
 
 
 def register() -> None:
