@@ -17,6 +17,9 @@ FAMILIES: dict[str, str] = {
     "textworld": "meowjax.envs.textworld_env:TextWorldEnv",
     "alfworld": "meowjax.envs.alfworld_env:AlfWorldEnv",
     "swe": "meowjax.envs.swe.env:SweEnv",
+    # Process supervision wraps any family above (reward = expert-plan progress); it lives with
+    # the evaluation code and is imported only when used.
+    "process": "meowjax.eval.process_reward:ProcessRewardEnv",
 }
 
 

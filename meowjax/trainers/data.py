@@ -33,6 +33,13 @@ def budget_plan(c: ml_collections.ConfigDict) -> dict[str, int]:
     return {"sft_demos": demos, "rl_episodes": int(round((1 - b.sft_share) * b.total_episodes))}
 
 
+def env_spec(c: ml_collections.ConfigDict, *, admissible: bool) -> EnvSpec:
+    """The spec to build envs from; ``env.reward_mode="process"`` wraps the family in the
+    expert-plan-progress reward of ``meowjax.eval.process_reward``."""
+    from meowjax.eval import process_reward
+    return process_reward.wrap_spec(EnvSpec(c.env.family, env_kwargs(c, admissible=admissible)))
+
+
 def env_kwargs(c: ml_collections.ConfigDict, *, admissible: bool) -> dict[str, Any]:
     """Constructor options of the configured env family."""
     if c.env.family == "swe":
@@ -115,7 +122,7 @@ def expert_data(c: ml_collections.ConfigDict, tasks: list[Task]) -> list[dict[st
     Returns per game: objective, observations (t = 0..n), actions (n), rewards (n),
     admissible (the commands admissible before each action).
     """
-    env = make_env(EnvSpec(c.env.family, env_kwargs(c, admissible=True)))
+    env = make_env(env_spec(c, admissible=True))
     out = []
     try:
         for task in tasks:

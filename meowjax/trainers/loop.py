@@ -29,7 +29,6 @@ import numpy as np
 from absl import logging
 
 from meowjax.envs.pool import EnvPool
-from meowjax.envs.registry import EnvSpec
 from meowjax.eval import passk, stats
 from meowjax.models import value
 from meowjax.rl import estimators
@@ -315,7 +314,7 @@ class AgentTrainer(abc.ABC):
     def run(self) -> dict[str, Any]:
         c = self.c
         state, ref, meta = self._restore()
-        pool = EnvPool(EnvSpec(c.env.family, data.env_kwargs(c, admissible=self.needs_admissible)),
+        pool = EnvPool(data.env_spec(c, admissible=self.needs_admissible),
                        num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
         old_handler = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "preempted", True))
         try:
