@@ -19,7 +19,7 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from meowjax.eval import evaluate
+from meowjax.trainers import evaluate
 
 def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""

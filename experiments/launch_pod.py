@@ -157,7 +157,7 @@ def run_check(c, mesh) -> dict[str, Any]:
 
 def run_eval(c, workdir: str, split: str) -> dict[str, Any]:
     """Each host evaluates its slice of the game set; success counts are summed over the pod."""
-    from meowjax.eval import evaluate
+    from meowjax.trainers import evaluate
     if c.model.init == "scratch":
         agent = evaluate.load_agent(c, workdir)
     else:

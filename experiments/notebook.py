@@ -44,7 +44,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from configs import default, textworld_fixed_budget
-from meowjax.eval import evaluate
+from meowjax.trainers import evaluate
 from meowjax.trainers import data, run
 
 logging.set_verbosity(logging.WARNING)

@@ -12,7 +12,8 @@ import pytest
 
 from configs import study_algos
 from meowjax.envs.textworld_env import TextWorldEnv
-from meowjax.eval import evaluate, passk, stats
+from meowjax.eval import passk, stats
+from meowjax.trainers import evaluate
 
 CELL = "estimator=rloo,reward=sparse,sft_share=0.5,seed=0,smoke=True"
 CELL_DIR = "rloo_-_sparse_-_sft_0.5_seed0"   # experiments.studies.Cell.name of that cell
