@@ -31,7 +31,7 @@ from absl import logging
 from meowjax.envs.pool import EnvPool
 from meowjax.eval import passk, stats
 from meowjax.models import value
-from meowjax.rl import estimators
+from meowjax.rl import estimators, reduce
 from meowjax.rollout import buckets
 from meowjax.trainers import checkpoint, data, metrics_log, optim
 
@@ -271,8 +271,11 @@ class AgentTrainer(abc.ABC):
             values_BL=jnp.asarray(values) if self.spec.needs_critic else None,
             turn_end_BL=jnp.asarray(turn_end),
             group_ids_B=jnp.asarray([self.view(e)["group_id"] for e in eps], jnp.int32))
-        adv, ret = jax.device_get(estimators.compute_advantages(
-            self.spec.name, inputs, gamma=c.rl.gamma, lam=c.rl.lam, use_std=c.rl.grpo_use_std))
+        adv, ret = estimators.compute_advantages(
+            self.spec.name, inputs, gamma=c.rl.gamma, lam=c.rl.lam, use_std=c.rl.grpo_use_std)
+        if c.rl.whiten_advantages:
+            adv = reduce.masked_whiten(adv, inputs.mask_BL, inputs.row_weight_B)
+        adv, ret = jax.device_get((adv, ret))
         self.attach(eps, rows, adv, ret, old, refl, vals)
         t1 = time.time()
         shuffle = host_rng(c.seed, SHUFFLE_RNG, it)
