@@ -65,19 +65,21 @@ def base_config() -> ml_collections.ConfigDict:
         length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4))
 
     # SFT -> RL under one budget: an SFT demonstration costs sft_demo_cost RL episodes.
+    # sft.lm_coef / rl.lm_coef: weight of an auxiliary next-token loss on the prompt text
+    # (objective, observations; scoring interface only).
     # sft.augment_copies: extra copies of each demonstration with entity names swapped for
     # names from other games (teaches copying names from the objective; TextWorld only).
     c.budget = ml_collections.ConfigDict(dict(total_episodes=1200, sft_share=0.25,
                                               sft_demo_cost=10))
     c.sft = ml_collections.ConfigDict(dict(
         epochs=6, batch_rows=32, lr=1e-3, warmup_steps=20, grad_clip=1.0, weight_decay=0.0,
-        augment_copies=0))
+        augment_copies=0, lm_coef=0.0))
     c.rl = ml_collections.ConfigDict(dict(
         estimator="rloo", gamma=1.0, lam=1.0, grpo_use_std=True, whiten_advantages=False,
         clip_eps=0.2, clip_eps_high=0.0, dual_clip=0.0, value_clip=0.5,
         kl_coef=0.0, kl_kind="k3", kl_in_loss=True, entropy_coef=0.0,
         epochs=2, minibatch_rows=32, lr=3e-4, critic_lr=1e-3, warmup_steps=5, grad_clip=1.0,
-        weight_decay=0.0))
+        weight_decay=0.0, lm_coef=0.0))
 
     c.mesh = ml_collections.ConfigDict(dict(axes=(("data", -1), ("fsdp", 1), ("tensor", 1))))
     c.eval = ml_collections.ConfigDict(dict(every_iters=10, num_samples=4,

@@ -92,3 +92,47 @@ def test_bpe_tokenizer_roundtrip_and_chat_template(tmp_path):
     assert again.eos_token == "<|im_end|>" and again.pad_token == "<pad>"
     with pytest.raises(ValueError, match="vocab_size"):
         tokenizer.train_bpe_tokenizer(["x"], 100)
+
+
+def test_prompt_lm_logp_equals_plain_forward(tiny):
+    """The auxiliary LM term: next-token log-probs of prompt tokens in a packed row equal a plain
+    causal forward over the prompt alone (candidates must not leak into the prompt's context)."""
+    cfg, params = tiny
+    rng = np.random.default_rng(1)
+    prompt = [int(x) for x in rng.integers(3, 500, 9)]
+    cands = [[int(x) for x in rng.integers(3, 500, n)] for n in (2, 3)]
+    batch = buckets.pack_rows([scoring.pack_turn(prompt, cands, max_cands=2)], length_buckets=[16],
+                              num_rows=2, pad_values={"cand": 2})
+    jb = {k: jnp.asarray(v) for k, v in batch.items()}
+    _, next_BL = scoring.packed_token_logp(params, cfg, jb)
+    mask_BL = np.asarray(scoring.prompt_lm_mask(jb))
+    assert mask_BL[0].tolist() == [0] + [1] * 8 + [0] * 7 and mask_BL[1].sum() == 0
+    toks = jnp.asarray([prompt])
+    m = jnp.ones_like(toks)
+    logits = np.asarray(lm.forward(params, cfg, toks, lm.positions_from_mask(m), m))[0]
+    ref = [logits[t - 1, prompt[t]] - np.log(np.exp(logits[t - 1]).sum()) for t in range(1, 9)]
+    np.testing.assert_allclose(np.asarray(next_BL)[0, 1:9], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_row_bucket_and_length_grouped_minibatches():
+    assert [buckets.row_bucket(n, 32) for n in (1, 4, 5, 9, 17, 32)] == [4, 4, 8, 16, 32, 32]
+    assert buckets.row_bucket(2, 2, min_rows=4) == 2
+    with pytest.raises(ValueError, match="do not fit"):
+        buckets.row_bucket(33, 32)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(50, 500, 100)
+    chunks = buckets.length_grouped_minibatches(lengths, 16, np.random.default_rng(1))
+    assert sorted(np.concatenate(chunks).tolist()) == list(range(100))
+    assert [len(c) for c in chunks].count(16) == 6
+    # Each chunk spans a contiguous range of the sorted lengths: padding to its own max wastes
+    # far less than random chunks padded to theirs.
+    srt = np.sort(lengths)
+    for c in chunks:
+        lo, hi = lengths[c].min(), lengths[c].max()
+        assert np.sum((srt > lo) & (srt < hi)) <= len(c) - 2 + np.sum(srt == lo) + np.sum(srt == hi)
+    waste = lambda cs: sum(len(c) * lengths[c].max() - lengths[c].sum() for c in cs)
+    random_chunks = [np.arange(100)[i:i + 16] for i in range(0, 100, 16)]
+    assert waste(chunks) < 0.2 * waste(random_chunks)
+    # Without an rng: deterministic, sorted order.
+    det = buckets.length_grouped_minibatches([3, 1, 2], 2)
+    assert [c.tolist() for c in det] == [[1, 2], [0]]

@@ -74,3 +74,32 @@ def padding_efficiency(batch: Mapping[str, np.ndarray]) -> float:
     """Fraction of the ``[B, L]`` slots that hold real tokens of real rows."""
     mask = batch["mask"] * (batch["row_weight"][:, None] > 0)
     return float(mask.sum() / mask.size)
+
+
+def row_bucket(num: int, max_rows: int, min_rows: int = 4) -> int:
+    """The row count a batch of ``num`` real rows is padded to: the smallest of
+    ``min_rows * 2^k`` (capped at ``max_rows``) that holds them, so a shrinking batch (episodes
+    finishing, a last partial minibatch) runs on a few fixed shapes instead of always ``max_rows``."""
+    if num > max_rows:
+        raise ValueError(f"{num} rows do not fit a batch of {max_rows}.")
+    rows = min(min_rows, max_rows)
+    while rows < num:
+        rows = min(2 * rows, max_rows)
+    return rows
+
+
+def length_grouped_minibatches(lengths: Sequence[int], size: int,
+                               rng: np.random.Generator | None = None) -> list[np.ndarray]:
+    """Index minibatches of at most ``size`` rows, each of similar lengths.
+
+    Rows are shuffled (so ties break randomly), stably sorted by length and cut into chunks; the
+    chunk order is shuffled. Every row appears exactly once. Each chunk is then padded only to
+    its own longest row's bucket, not to the longest row of the whole iteration.
+    """
+    n = len(lengths)
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    order = order[np.argsort(np.asarray(lengths)[order], kind="stable")]
+    chunks = [order[i:i + size] for i in range(0, n, size)]
+    if rng is not None:
+        chunks = [chunks[i] for i in rng.permutation(len(chunks))]
+    return chunks

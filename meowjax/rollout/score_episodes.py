@@ -4,7 +4,8 @@ Each turn the prompt is the chat-template rendering of the (windowed) conversati
 candidates are the game's admissible commands, each tokenized as assistant content followed by
 the end-of-turn token (so a candidate's score is the likelihood of the *complete* reply). All
 live episodes of a batch are scored together in one jitted call per turn (fixed ``[B, L]``
-shapes: rows padded to ``batch_rows``, lengths to a bucket); the command is drawn on the host
+shapes: rows padded to a row bucket <= ``batch_rows`` (``buckets.row_bucket``: the batch shrinks as
+episodes end), lengths to a length bucket); the command is drawn on the host
 from ``pi = softmax(s / tau)`` with a seeded numpy generator (exact resume).
 
 Host record per turn: the packed row, the chosen candidate, its log pi at sampling time, the
@@ -142,7 +143,8 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
             rows.append(row)
         if not idx:
             break
-        batch = buckets.pack_rows(rows, length_buckets=length_buckets, num_rows=batch_rows,
+        batch = buckets.pack_rows(rows, length_buckets=length_buckets,
+                                  num_rows=buckets.row_bucket(len(rows), batch_rows),
                                   pad_values={"cand": builder.max_cands},
                                   what="rollout.length_buckets (scoring prompt + candidates)")
         logp_BC = score_fn(batch)

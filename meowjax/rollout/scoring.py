@@ -78,6 +78,45 @@ def packed_hidden(params, cfg: ModelConfig, batch: dict) -> jax.Array:
 ABSENT = -1e9  # score of padded (absent) candidates: exp(ABSENT - lse) == 0 exactly, but finite
 
 
+def packed_token_logp(params, cfg: ModelConfig, batch: dict) -> tuple[jax.Array, jax.Array]:
+    """(cand_logp_BL, next_logp_BL) from one forward pass over packed rows.
+
+    cand_logp_BL[b, l] = log p(tok[b, l] | logits at src[b, l])  (the candidates' token scores)
+    next_logp_BL[b, l] = log p(tok[b, l] | logits at l - 1)      (plain next-token LM; 0 at l = 0)
+    """
+    hidden_BLE = packed_hidden(params, cfg, batch)
+    logits_BLV = lm.logits_from_hidden(params, cfg, hidden_BLE)
+    lse_BL = jax.nn.logsumexp(logits_BLV, axis=-1)
+    b_idx = jnp.arange(logits_BLV.shape[0])[:, None]
+    src_BL, tok_BL = batch["src"], batch["tokens"]
+    cand_logp_BL = logits_BLV[b_idx, src_BL, tok_BL] - lse_BL[b_idx, src_BL]
+    prev_BL = jnp.maximum(jnp.arange(tok_BL.shape[1])[None] - 1, 0)
+    next_logp_BL = logits_BLV[b_idx, prev_BL, tok_BL] - lse_BL[b_idx, prev_BL]
+    next_logp_BL = jnp.where(jnp.arange(tok_BL.shape[1])[None] > 0, next_logp_BL, 0.0)
+    return cand_logp_BL, next_logp_BL
+
+
+def prompt_lm_mask(batch: dict) -> jax.Array:
+    """1 on prompt tokens after the first (the tokens an auxiliary LM loss predicts)."""
+    seg_BL = batch["seg"]
+    first = jnp.arange(seg_BL.shape[1])[None] > 0
+    return ((seg_BL == 0) & (batch["mask"] > 0) & first).astype(jnp.int32)
+
+
+def scores_from_token_logp(cand_logp_BL: jax.Array, batch: dict, max_cands: int,
+                           norm: str = "sum") -> jax.Array:
+    """s_BC = sum (or mean) of each candidate's token log-probs; ABSENT for padded candidates."""
+    onehot_BLC = (batch["cand"][..., None] == jnp.arange(max_cands)) & (batch["mask"][..., None] > 0)
+    onehot_BLC = onehot_BLC.astype(jnp.float32)
+    sum_BC = jnp.einsum("bl,blc->bc", cand_logp_BL, onehot_BLC)
+    if norm == "mean":
+        sum_BC = sum_BC / jnp.maximum(onehot_BLC.sum(axis=1), 1.0)
+    elif norm != "sum":
+        raise ValueError(f"policy.score_norm={norm!r}; use 'sum' or 'mean'.")
+    present_BC = jnp.arange(max_cands)[None] < batch["num_cands"][:, None]
+    return jnp.where(present_BC, sum_BC, ABSENT)
+
+
 def candidate_scores(params, cfg: ModelConfig, batch: dict, max_cands: int,
                      norm: str = "sum") -> jax.Array:
     """s_BC: per-candidate log-likelihood (sum or mean over its tokens); ABSENT for padding.
@@ -85,21 +124,8 @@ def candidate_scores(params, cfg: ModelConfig, batch: dict, max_cands: int,
     Absent candidates get a large finite negative score rather than -inf, so that
     pi log pi and its gradient stay finite (0 * -inf is NaN in the backward pass).
     """
-    hidden_BLE = packed_hidden(params, cfg, batch)
-    logits_BLV = lm.logits_from_hidden(params, cfg, hidden_BLE)
-    lse_BL = jax.nn.logsumexp(logits_BLV, axis=-1)
-    b_idx = jnp.arange(logits_BLV.shape[0])[:, None]
-    src_BL, tok_BL = batch["src"], batch["tokens"]
-    tok_logp_BL = logits_BLV[b_idx, src_BL, tok_BL] - lse_BL[b_idx, src_BL]
-    onehot_BLC = (batch["cand"][..., None] == jnp.arange(max_cands)) & (batch["mask"][..., None] > 0)
-    onehot_BLC = onehot_BLC.astype(jnp.float32)
-    sum_BC = jnp.einsum("bl,blc->bc", tok_logp_BL, onehot_BLC)
-    if norm == "mean":
-        sum_BC = sum_BC / jnp.maximum(onehot_BLC.sum(axis=1), 1.0)
-    elif norm != "sum":
-        raise ValueError(f"policy.score_norm={norm!r}; use 'sum' or 'mean'.")
-    present_BC = jnp.arange(max_cands)[None] < batch["num_cands"][:, None]
-    return jnp.where(present_BC, sum_BC, ABSENT)
+    cand_logp_BL, _ = packed_token_logp(params, cfg, batch)
+    return scores_from_token_logp(cand_logp_BL, batch, max_cands, norm)
 
 
 def candidate_logp(scores_BC: jax.Array, temperature: float | jax.Array = 1.0) -> jax.Array:

@@ -225,11 +225,13 @@ class AgentTrainer(abc.ABC):
     def _sft(self, state, meta):
         c = self.c
         steps_per_epoch = -(-len(self.sft_rows) // c.sft.batch_rows)
+        lengths = [len(r["tokens"]) for r in self.sft_rows]
         while meta["sft_step"] < self.sft_steps and not self.preempted:
             epoch, k = divmod(meta["sft_step"], steps_per_epoch)
-            order = host_rng(c.seed, SFT_RNG, epoch).permutation(len(self.sft_rows))
-            idx = order[k * c.sft.batch_rows:(k + 1) * c.sft.batch_rows]
-            batch = self.pack([self.sft_rows[i] for i in idx], c.sft.batch_rows, "sft")
+            idx = buckets.length_grouped_minibatches(lengths, c.sft.batch_rows,
+                                                     host_rng(c.seed, SFT_RNG, epoch))[k]
+            batch = self.pack([self.sft_rows[i] for i in idx],
+                              buckets.row_bucket(len(idx), c.sft.batch_rows), "sft")
             state, m = self.sft_step(state, to_device(batch))
             meta["sft_step"] += 1
             if meta["sft_step"] % c.log.every_steps == 0 or meta["sft_step"] == self.sft_steps:
@@ -237,17 +239,18 @@ class AgentTrainer(abc.ABC):
         return state
 
     def _old_terms(self, state, ref, rows):
-        """Per-row (current log-prob, reference log-prob, value) over fixed-size chunks."""
+        """Per-row (current log-prob, reference log-prob, value) over length-grouped chunks."""
         mb = self.c.rl.minibatch_rows
-        old, refl, vals = [], [], []
-        for start in range(0, len(rows), mb):
-            chunk = rows[start:start + mb]
+        old, refl, vals = [None] * len(rows), [None] * len(rows), [None] * len(rows)
+        for idx in buckets.length_grouped_minibatches([len(r["tokens"]) for r in rows], mb):
+            chunk = [rows[j] for j in idx]
+            batch = self.pack(chunk, buckets.row_bucket(len(chunk), mb), "old")
             lp, rl_, v = jax.device_get(self.old_terms(state.params, ref, state.value_params,
-                                                       to_device(self.pack(chunk, mb, "old"))))
-            for j, row in enumerate(chunk):
+                                                       to_device(batch)))
+            for k, (j, row) in enumerate(zip(idx, chunk)):
                 n = len(row["tokens"])
-                cut = (lambda x: x[j]) if np.ndim(lp) == 1 else (lambda x: x[j, :n])
-                old.append(cut(lp)), refl.append(cut(rl_)), vals.append(cut(v))
+                cut = (lambda x: x[k]) if np.ndim(lp) == 1 else (lambda x: x[k, :n])
+                old[j], refl[j], vals[j] = cut(lp), cut(rl_), cut(v)
         return old, refl, vals
 
     def _rl_iteration(self, state, ref, pool, it):
@@ -282,10 +285,10 @@ class AgentTrainer(abc.ABC):
         acc: dict[str, list] = {}
         eff = []
         mb = c.rl.minibatch_rows
+        lengths = [len(r["tokens"]) for r in rows]
         for _ in range(c.rl.epochs):
-            order = shuffle.permutation(len(rows))
-            for start in range(0, len(rows), mb):
-                batch = self.pack([rows[j] for j in order[start:start + mb]], mb, "pg")
+            for idx in buckets.length_grouped_minibatches(lengths, mb, shuffle):
+                batch = self.pack([rows[j] for j in idx], buckets.row_bucket(len(idx), mb), "pg")
                 eff.append(buckets.padding_efficiency(batch))
                 state, m = self.pg_step(state, to_device(batch))
                 for k, v in m.items():

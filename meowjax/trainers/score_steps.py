@@ -3,9 +3,14 @@
 Rows are turns (packed prompt + candidates, see ``meowjax.rollout.scoring``); every per-turn
 quantity is a ``[B, 1]`` array so the token-level losses of ``meowjax.rl`` apply unchanged.
 
-  SFT:  L = -mean_b log pi(expert_b | prompt_b)
+  SFT:  L = -mean_b log pi(expert_b | prompt_b) + c_lm * LM
   PG:   L = PPO_clip(log pi(a), old log pi(a), A) - c_ent H(pi) [+ c_kl KL_k(pi || pi_ref)]
-        [+ c_v * value_clip_loss(V(prompt), R)]       (critic only for GAE estimators)
+        + c_lm * LM  [+ c_v * value_clip_loss(V(prompt), R)]  (critic only for GAE estimators)
+
+  LM = -token_mean over prompt tokens (objective, observations, past actions) of
+       log p_LM(tok_t | tok_<t): an auxiliary next-token loss on the game text. The candidate
+       loss alone only says which command is right; the LM loss teaches the model to copy the
+       objective's entity names, which ranking unseen names needs. Same forward pass: ~free.
 """
 
 from __future__ import annotations
@@ -32,6 +37,17 @@ def policy_logp(params, cfg: ModelConfig, batch: dict, *, max_cands: int, temper
     return scoring.candidate_logp(scores_BC, temperature)
 
 
+def policy_logp_and_lm(params, cfg: ModelConfig, batch: dict, *, max_cands: int,
+                       temperature: float, norm: str) -> tuple[jax.Array, jax.Array]:
+    """(log pi_BC, LM): the policy and the auxiliary prompt next-token NLL (row-weighted token
+    mean), from one forward pass."""
+    cand_logp_BL, next_logp_BL = scoring.packed_token_logp(params, cfg, batch)
+    scores_BC = scoring.scores_from_token_logp(cand_logp_BL, batch, max_cands, norm)
+    lm_nll = -reduce.masked_aggregate(next_logp_BL, scoring.prompt_lm_mask(batch),
+                                      batch["row_weight"], "token_mean")
+    return scoring.candidate_logp(scores_BC, temperature), lm_nll
+
+
 def chosen_logp(logp_BC: jax.Array, chosen_B: jax.Array) -> jax.Array:
     return jnp.take_along_axis(logp_BC, chosen_B[:, None].astype(jnp.int32), axis=1)[:, 0]
 
@@ -54,16 +70,19 @@ def make_score_fn(cfg: ModelConfig, *, max_cands: int, temperature: float, norm:
 
 
 def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, *, max_cands: int,
-                  norm: str):
-    """SFT on expert turns: cross-entropy of the expert command under pi (tau = 1)."""
+                  norm: str, lm_coef: float = 0.0):
+    """SFT on expert turns: cross-entropy of the expert command under pi (tau = 1), plus
+    ``lm_coef`` x the auxiliary prompt LM loss."""
 
     def loss_fn(params, batch):
-        logp_B = chosen_logp(policy_logp(params, cfg, batch, max_cands=max_cands,
-                                         temperature=1.0, norm=norm), batch["chosen"])
+        logp_BC, lm_nll = policy_logp_and_lm(params, cfg, batch, max_cands=max_cands,
+                                             temperature=1.0, norm=norm)
+        logp_B = chosen_logp(logp_BC, batch["chosen"])
         w = batch["row_weight"]
-        loss = -reduce.safe_divide(jnp.sum(jnp.where(w > 0, logp_B, 0.0) * w), jnp.sum(w))
+        ce = -reduce.safe_divide(jnp.sum(jnp.where(w > 0, logp_B, 0.0) * w), jnp.sum(w))
         acc = jnp.sum(jnp.where(w > 0, jnp.exp(logp_B), 0.0) * w) / jnp.maximum(jnp.sum(w), 1.0)
-        return loss, {"sft/loss": loss, "sft/expert_prob": acc}
+        loss = ce + lm_coef * lm_nll if lm_coef else ce
+        return loss, {"sft/loss": ce, "sft/expert_prob": acc, "sft/lm_loss": lm_nll}
 
     return optim.make_update_step(loss_fn, optimizer, prefix="sft")
 
@@ -74,9 +93,11 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
     clip_high = algo.clip_eps_high if algo.clip_eps_high > 0 else None
     dual = algo.dual_clip if algo.dual_clip > 0 else None
 
+    lm_coef = algo.get("lm_coef", 0.0)
+
     def policy_loss(params, batch):
-        logp_BC = policy_logp(params, cfg, batch, max_cands=max_cands, temperature=temperature,
-                              norm=norm)
+        logp_BC, lm_nll = policy_logp_and_lm(params, cfg, batch, max_cands=max_cands,
+                                             temperature=temperature, norm=norm)
         logp_B1 = chosen_logp(logp_BC, batch["chosen"])[:, None]
         ones_B1 = jnp.ones_like(logp_B1, jnp.int32)
         w = batch["row_weight"]
@@ -88,7 +109,9 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
         loss = pg - algo.entropy_coef * ent
         if algo.kl_in_loss:
             loss = loss + algo.kl_coef * kl
-        metrics = {"pg/policy_loss": pg, "pg/entropy": ent, "pg/kl_ref": kl,
+        if lm_coef:
+            loss = loss + lm_coef * lm_nll
+        metrics = {"pg/policy_loss": pg, "pg/entropy": ent, "pg/kl_ref": kl, "pg/lm_loss": lm_nll,
                    "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"]}
         return loss, metrics
 

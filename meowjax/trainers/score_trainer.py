@@ -36,7 +36,8 @@ class ScoreTrainer(loop.AgentTrainer):
         c = self.c
         kw = dict(max_cands=c.policy.max_cands, norm=c.policy.score_norm)
         self.score_fn = score_steps.make_score_fn(self.cfg, temperature=c.policy.temperature, **kw)
-        self.sft_step = score_steps.make_sft_step(self.cfg, self.sft_opt, **kw)
+        self.sft_step = score_steps.make_sft_step(self.cfg, self.sft_opt,
+                                                  lm_coef=c.sft.lm_coef, **kw)
         self.pg_step = score_steps.make_pg_step(
             self.cfg, self.rl_opt, self.critic_opt, c.rl, temperature=c.policy.temperature,
             needs_critic=self.spec.needs_critic, **kw)

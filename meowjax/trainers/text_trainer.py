@@ -61,6 +61,9 @@ class TextTrainer(loop.AgentTrainer):
     def setup_steps(self) -> None:
         c = self.c
         tau = c.policy.temperature
+        if c.sft.lm_coef or c.rl.lm_coef:
+            raise ValueError("sft.lm_coef / rl.lm_coef (auxiliary LM loss on the prompt) apply to "
+                             "policy.interface='score' only; set them to 0 for 'generate'.")
         self.sft_step = text_steps.make_sft_step(self.cfg, self.sft_opt)
         self.pg_step = text_steps.make_pg_step(self.cfg, self.rl_opt, self.critic_opt, c.rl,
                                                temperature=tau, needs_critic=self.spec.needs_critic)
