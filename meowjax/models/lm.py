@@ -311,14 +311,15 @@ def forward(
     return (logits, hidden) if return_hidden else logits
 
 
-def decode_step(
+def decode_hidden(
     params: Params, cfg: ModelConfig, tokens_BL: jax.Array, positions_BL: jax.Array,
     cache: KVCache, mask_BL: jax.Array | None = None,
 ) -> tuple[jax.Array, KVCache]:
     """Prefill (L > 1) or decode (L == 1) through the cache: writes slots [index, index + L).
 
     A query at slot index + l attends to filled real slots s <= index + l.
-    Returns fp32 logits [B, L, V] and the updated cache.
+    Returns the final hidden states [B, L, E] (before the LM head) and the updated cache, so a
+    prefill can apply the head to the one position it samples from (`logits_from_hidden`).
     """
     if mask_BL is None:
         mask_BL = jnp.ones(tokens_BL.shape, jnp.int32)
@@ -335,10 +336,18 @@ def decode_step(
     hidden, (k_all, v_all) = _trunk_apply(
         params, cfg, tokens_BL, positions_BL, mask_BLS, (cache.k_NBSKD, cache.v_NBSKD), cache.index
     )
-    logits = logits_from_hidden(params, cfg, hidden)
     new_cache = KVCache(k_NBSKD=k_all, v_NBSKD=v_all, mask_BS=new_mask_BS,
                         index=cache.index + length)
-    return logits, new_cache
+    return hidden, new_cache
+
+
+def decode_step(
+    params: Params, cfg: ModelConfig, tokens_BL: jax.Array, positions_BL: jax.Array,
+    cache: KVCache, mask_BL: jax.Array | None = None,
+) -> tuple[jax.Array, KVCache]:
+    """`decode_hidden` then the LM head at every position: fp32 logits [B, L, V] and the cache."""
+    hidden_BLE, cache = decode_hidden(params, cfg, tokens_BL, positions_BL, cache, mask_BL)
+    return logits_from_hidden(params, cfg, hidden_BLE), cache
 
 
 def token_logprobs(
