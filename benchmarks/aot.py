@@ -52,7 +52,7 @@ class Target:
     new_tokens: int = 256  # T, decode steps the cache has room for (sampler)
     dtype: str = "float32"  # compute and parameter dtype
     remat: bool = False
-    token_terms: str = "current"  # update only: "fused" = the proposal in train_step
+    token_terms: str = "current"  # update only: "reference" = pre-fusion token_terms
 
     @property
     def devices(self) -> int:
@@ -103,7 +103,7 @@ def compile_target(t: Target) -> dict:
                                                             shape))
 
     if t.fn == "update":
-        train_step.use_token_terms(cfg, t.token_terms)
+        train_step.use_token_terms(t.token_terms)
         optimizer = optim.make_optimizer(1e-6, warmup_steps=1, total_steps=100, grad_clip=1.0)
         step = text_steps.make_pg_step(cfg, optimizer, optimizer, train_step.pg_algo(),
                                        temperature=1.0, needs_critic=False)
@@ -186,7 +186,7 @@ def describe(r: dict) -> str:
         return f"{name}: FAILED: {r['error']}"
     fits = " ".join(f"{g}GB:{'yes' if r['per_device_bytes'] <= g * GIB else 'no'}" for g in FITS)
     return (f"{name} B={r['batch']} L={r['length']} {r['dtype']}{' remat' if r['remat'] else ''}"
-            f"{' fused-logp' if r.get('token_terms') == 'fused' else ''}:"
+            f"{' ref-logp' if r.get('token_terms') == 'reference' else ''}:"
             f" {r['per_device_bytes'] / GIB:.2f} GiB/device (args {r['argument_bytes'] / GIB:.2f},"
             f" temp {r['temp_bytes'] / GIB:.2f}) | fits {fits} | compile {r['compile_s']} s")
 
@@ -204,7 +204,7 @@ def markdown_table(results: list[dict]) -> str:
         shapes = (f"B={r['batch']} L={r['length']}" if r["fn"] == "update" else
                   f"B={r['batch']} P={r['length']} T={r['new_tokens']}")
         dtype = (r["dtype"] + (" remat" if r["remat"] else "")
-                 + (" fused-logp" if r.get("token_terms") == "fused" else ""))
+                 + (" ref-logp" if r.get("token_terms") == "reference" else ""))
         head = f"| {r['fn']} | {r['preset']} | "
         if "error" in r:
             lines.append(head + f"- | {r['fsdp']} x {r['tensor']} | {shapes} | {dtype} | "
@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--remat", action="store_true")
-    parser.add_argument("--token_terms", default="current", choices=("current", "fused"))
+    parser.add_argument("--token_terms", default="current",
+                        choices=("current", "reference"))
     parser.add_argument("--timeout_s", type=float, default=1800,
                         help="budget of each child process (all targets of one mesh size)")
     parser.add_argument("--results", default=DEFAULT_RESULTS)

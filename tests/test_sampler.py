@@ -130,3 +130,23 @@ def test_bad_inputs(params, sampler):
         sampler.generate(params, [[1]], jax.random.key(0), temperature=0.0)
     with pytest.raises(ValueError, match="vocab_size"):
         sampler.generate(params, [[CFG.vocab_size]], jax.random.key(0))
+
+
+class _AllLogitsPrefill(Sampler):
+    """The former prefill: LM-head logits at every prompt slot, then the last one is kept."""
+
+    def _prefill(self, params, tokens_BP, positions_BP, cache, mask_BP):
+        logits_BPV, cache = lm.decode_step(params, self.cfg, tokens_BP, positions_BP, cache,
+                                           mask_BP)
+        return logits_BPV[:, -1], cache
+
+
+def test_last_slot_prefill_equals_all_slot_prefill(params, sampler):
+    reference = _AllLogitsPrefill(CFG, prompt_buckets=(8, 16), batch_buckets=(1, 2, 4),
+                                  max_new_tokens=STEPS, pad_id=CFG.pad_token_id)
+    for kw in (dict(greedy=True), dict(temperature=0.8)):
+        want = reference.generate(params, PROMPTS, jax.random.key(7), stop_ids=(), **kw)
+        got = sampler.generate(params, PROMPTS, jax.random.key(7), stop_ids=(), **kw)
+        np.testing.assert_array_equal(got.tokens_BT, want.tokens_BT)
+        np.testing.assert_allclose(got.logp_BT, want.logp_BT, atol=1e-6)
+        np.testing.assert_allclose(got.logp_raw_BT, want.logp_raw_BT, atol=1e-6)

@@ -39,6 +39,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from meowjax.models.config import ModelConfig
 
@@ -311,14 +312,15 @@ def forward(
     return (logits, hidden) if return_hidden else logits
 
 
-def decode_step(
+def decode_hidden(
     params: Params, cfg: ModelConfig, tokens_BL: jax.Array, positions_BL: jax.Array,
     cache: KVCache, mask_BL: jax.Array | None = None,
 ) -> tuple[jax.Array, KVCache]:
     """Prefill (L > 1) or decode (L == 1) through the cache: writes slots [index, index + L).
 
     A query at slot index + l attends to filled real slots s <= index + l.
-    Returns fp32 logits [B, L, V] and the updated cache.
+    Returns the final hidden states [B, L, E] (before the LM head) and the updated cache, so a
+    prefill can apply the head to the one position it samples from (`logits_from_hidden`).
     """
     if mask_BL is None:
         mask_BL = jnp.ones(tokens_BL.shape, jnp.int32)
@@ -335,10 +337,18 @@ def decode_step(
     hidden, (k_all, v_all) = _trunk_apply(
         params, cfg, tokens_BL, positions_BL, mask_BLS, (cache.k_NBSKD, cache.v_NBSKD), cache.index
     )
-    logits = logits_from_hidden(params, cfg, hidden)
     new_cache = KVCache(k_NBSKD=k_all, v_NBSKD=v_all, mask_BS=new_mask_BS,
                         index=cache.index + length)
-    return logits, new_cache
+    return hidden, new_cache
+
+
+def decode_step(
+    params: Params, cfg: ModelConfig, tokens_BL: jax.Array, positions_BL: jax.Array,
+    cache: KVCache, mask_BL: jax.Array | None = None,
+) -> tuple[jax.Array, KVCache]:
+    """`decode_hidden` then the LM head at every position: fp32 logits [B, L, V] and the cache."""
+    hidden_BLE, cache = decode_hidden(params, cfg, tokens_BL, positions_BL, cache, mask_BL)
+    return logits_from_hidden(params, cfg, hidden_BLE), cache
 
 
 def token_logprobs(
@@ -349,6 +359,59 @@ def token_logprobs(
     chex.assert_rank(targets_BL, 2)
     logp_BLV = jax.nn.log_softmax(logits_BLV.astype(jnp.float32) / temperature, axis=-1)
     return jnp.take_along_axis(logp_BLV, targets_BL[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def _logp_entropy_fwd_core(logits_BLV, targets_BL, temperature):
+    chex.assert_rank([logits_BLV, targets_BL], [3, 2])
+    chex.assert_equal_shape_prefix([logits_BLV, targets_BL], 2)
+    z_BLV = logits_BLV.astype(jnp.float32) / temperature
+    lse_BL = jax.nn.logsumexp(z_BLV, axis=-1)
+    logp_BLV = z_BLV - lse_BL[..., None]            # fused into the reductions below by XLA
+    p_BLV = jnp.exp(logp_BLV)
+    ent_BL = -jnp.sum(jnp.where(p_BLV > 0, p_BLV * logp_BLV, 0.0), axis=-1)
+    target_BL = jnp.take_along_axis(z_BLV, targets_BL[..., None].astype(jnp.int32), axis=-1)
+    return target_BL[..., 0] - lse_BL, ent_BL, lse_BL
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def token_logprobs_entropy(
+    logits_BLV: jax.Array, targets_BL: jax.Array, temperature: float = 1.0
+) -> tuple[jax.Array, jax.Array]:
+    """(logp_BL, entropy_BL) of softmax(logits / tau) in fp32, from one pass over the vocabulary.
+
+        z = logits / tau,   lse = logsumexp_v z,   logp_v = z_v - lse
+        logp[b, l] = z[b, l, targets[b, l]] - lse[b, l]
+        H[b, l]    = -sum_v p_v logp_v,   p_v = exp(logp_v)   (p_v = 0 terms contribute 0)
+
+    Equal to `token_logprobs` and `meowjax.rl.losses.entropy_from_logits` of logits / tau, but no
+    [B, L, V] log_softmax or softmax array is kept: the backward pass saves only the logits and
+    the [B, L] lse and H, and rebuilds p in one fused pass:
+        d logp / dz_v = 1[v = target] - p_v,      dH / dz_v = -p_v (logp_v + H)
+    `temperature` is a static Python float (not differentiated).
+    """
+    logp_BL, ent_BL, _ = _logp_entropy_fwd_core(logits_BLV, targets_BL, temperature)
+    return logp_BL, ent_BL
+
+
+def _logp_entropy_fwd(logits_BLV, targets_BL, temperature):
+    logp_BL, ent_BL, lse_BL = _logp_entropy_fwd_core(logits_BLV, targets_BL, temperature)
+    return (logp_BL, ent_BL), (logits_BLV, targets_BL, lse_BL, ent_BL)
+
+
+def _logp_entropy_bwd(temperature, residuals, cotangents):
+    logits_BLV, targets_BL, lse_BL, ent_BL = residuals
+    g_logp_BL, g_ent_BL = cotangents
+    logp_BLV = logits_BLV.astype(jnp.float32) / temperature - lse_BL[..., None]
+    p_BLV = jnp.exp(logp_BLV)
+    onehot_BLV = jnp.arange(logits_BLV.shape[-1]) == targets_BL[..., None]
+    d_ent_BLV = jnp.where(p_BLV > 0, -p_BLV * (logp_BLV + ent_BL[..., None]), 0.0)
+    dz_BLV = g_logp_BL[..., None] * (onehot_BLV - p_BLV) + g_ent_BL[..., None] * d_ent_BLV
+    d_logits_BLV = (dz_BLV / temperature).astype(logits_BLV.dtype)
+    d_targets = np.zeros(targets_BL.shape, jax.dtypes.float0)
+    return d_logits_BLV, d_targets
+
+
+token_logprobs_entropy.defvjp(_logp_entropy_fwd, _logp_entropy_bwd)
 
 
 def hidden_states_masked(

@@ -1,7 +1,8 @@
 """Jitted prefill + on-device decode loop with a preallocated KV cache.
 
 One `generate` call = one device call per batch chunk and one host transfer of its outputs:
-    prefill:   logits_0 = LM(prompt) through the cache (prompts left-padded to a bucket)
+    prefill:   logits_0 = LM(prompt)[last slot] through the cache (prompts left-padded to a
+               bucket, so the last slot is every row's last token; the head runs on it only)
     decode:    for t < T (lax.while_loop, exits early once every row stopped):
                  token_t ~ top_p(softmax(logits_t / temperature))   (argmax when greedy)
                  logp_t     = log_softmax(logits_t / temperature)[token_t]   (top-p not included)
@@ -113,6 +114,16 @@ class Sampler:
         self.num_compiles = 0
         self._generate_jit = jax.jit(self._generate_device, static_argnames=("max_new_tokens",))
 
+    def _prefill(self, params, tokens_BP, positions_BP, cache, mask_BP):
+        """(logits_BV at the last prompt slot, cache) after writing the prompts into the cache.
+
+        Prompts are left-padded, so slot P - 1 is every row's last real token; the LM head runs
+        on that slot only ([B, E] @ [E, V] instead of [B, P, E] @ [E, V]).
+        """
+        hidden_BPE, cache = lm.decode_hidden(params, self.cfg, tokens_BP, positions_BP, cache,
+                                             mask_BP)
+        return lm.logits_from_hidden(params, self.cfg, hidden_BPE[:, -1:])[:, 0], cache
+
     def _generate_device(self, params, tokens_BP, mask_BP, rng, temperature, top_p, greedy,
                          stop_ids_S, *, max_new_tokens: int):
         """The jitted body: prefill, then a while_loop of decode steps. Counts its traces."""
@@ -121,7 +132,7 @@ class Sampler:
         batch, prompt_len = tokens_BP.shape
         positions_BP = lm.positions_from_mask(mask_BP)
         cache = lm.init_cache(cfg, batch, prompt_len + max_new_tokens, self.cache_dtype)
-        logits_BPV, cache = lm.decode_step(params, cfg, tokens_BP, positions_BP, cache, mask_BP)
+        logits_BV, cache = self._prefill(params, tokens_BP, positions_BP, cache, mask_BP)
         sample = functools.partial(
             sample_tokens, temperature=temperature, top_p=top_p, greedy=greedy
         )
@@ -155,7 +166,7 @@ class Sampler:
             last_B=jnp.zeros((batch,), jnp.int32),
         )
         rng, key = jax.random.split(rng)
-        state = record(state, 0, logits_BPV[:, -1], key)
+        state = record(state, 0, logits_BV, key)
 
         def cond(carry):
             step, state, _, _, _ = carry

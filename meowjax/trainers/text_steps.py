@@ -32,14 +32,21 @@ def _shift_right(x_BL: jax.Array) -> jax.Array:
 
 
 def token_terms(params, cfg: ModelConfig, batch: dict, temperature: float):
-    """(logp_BL, entropy_BL) aligned with the tokens they score."""
+    """(logp_BL, entropy_BL) aligned with the tokens they score (column 0 is 0):
+
+        logp_BL[:, t] = log_softmax(logits[:, t - 1] / tau)[tokens[:, t]]
+        H_BL[:, t]    = H(softmax(logits[:, t - 1] / tau))
+
+    Every position is scored against the next token (the last one against a dummy 0) by the
+    fused `lm.token_logprobs_entropy`, then shifted right: the [B, L, V] logits are neither
+    sliced nor copied, and no full-vocab log_softmax is materialised.
+    """
+    tokens_BL = batch["tokens"]
     positions = lm.positions_from_mask(batch["mask"])
-    logits = lm.forward(params, cfg, batch["tokens"], positions, batch["mask"])
-    scaled = logits / temperature
-    pad_left = lambda x: jnp.pad(x, ((0, 0), (1, 0)))   # [B, L-1] predictions of tokens 1..L-1
-    logp_BL = pad_left(lm.token_logprobs(scaled[:, :-1], batch["tokens"][:, 1:]))
-    ent_BL = pad_left(losses.entropy_from_logits(scaled[:, :-1]))
-    return logp_BL, ent_BL
+    logits_BLV = lm.forward(params, cfg, tokens_BL, positions, batch["mask"])
+    next_BL = jnp.pad(tokens_BL[:, 1:], ((0, 0), (0, 1)))
+    logp_BL, ent_BL = lm.token_logprobs_entropy(logits_BLV, next_BL, temperature)
+    return _shift_right(logp_BL), _shift_right(ent_BL)
 
 
 def token_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
