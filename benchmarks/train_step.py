@@ -173,13 +173,16 @@ def ours_step(cfg, params, batch_np, repeats: int, variant: str = "current"
     return seconds, loss
 
 
-def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str) -> tuple[float, float]:
+def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str,
+               remat: bool = False) -> tuple[float, float]:
     """(seconds per update, first-batch policy loss) of transformers + torch.optim.AdamW."""
     import torch
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model.to(device).train()
+    if remat:
+        model.gradient_checkpointing_enable()
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), weight_decay=0.0)
     b = {k: torch.as_tensor(v, device=device) for k, v in batch_np.items()}
     tokens = b["tokens"].long()
@@ -221,17 +224,20 @@ def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str) -> 
 
 
 def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
-                 with_torch: bool, device: str, peak: float, variant: str = "current"
-                 ) -> StepResult:
-    """Measures one preset (random init, same weights on both sides) and prints a line."""
-    cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
+                 with_torch: bool, device: str, peak: float, variant: str = "current",
+                 remat: bool = False) -> StepResult:
+    """Measures one preset (random init, same weights on both sides) and prints a line.
+
+    remat: rematerialise decoder blocks in the backward pass on both sides (our ``cfg.remat``,
+    torch's ``gradient_checkpointing_enable``), for models whose activations do not fit."""
+    cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32", remat=remat)
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
     t_torch = loss_torch = None
     if with_torch:
         with tempfile.TemporaryDirectory() as tmp:
             hf_io.save_hf_checkpoint(tmp, cfg.replace(dtype="float32"), params)
-            t_torch, loss_torch = torch_step(tmp, batch_np, repeats, dtype, device)
+            t_torch, loss_torch = torch_step(tmp, batch_np, repeats, dtype, device, remat)
     t_ours, loss_ours = ours_step(cfg, params, batch_np, repeats, variant)
     n_tok = batch * length
     res = StepResult(preset, config_lib.num_params(cfg), batch, length, dtype, n_tok / t_ours,
@@ -345,6 +351,8 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                         help="compute dtype (params stay fp32; torch uses autocast for bf16)")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
     parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
+    parser.add_argument("--remat", action="store_true",
+                        help="rematerialise decoder blocks in the backward pass (both sides)")
     parser.add_argument("--token_terms", default="current", choices=sorted(TOKEN_TERMS),
                         help="'reference': the pre-fusion token_terms (two log_softmaxes)")
     parser.add_argument("--compare", action="store_true",
@@ -366,7 +374,7 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     print(f"{machine_line()}\nmatmul peak ({args.peak_n}^3, {args.dtype}): "
           f"{peak / 1e9:.1f} GFLOP/s", flush=True)
     results = [bench_preset(p, args.batch, args.length, args.repeats, args.dtype,
-                            not args.no_torch, args.device, peak, args.token_terms)
+                            not args.no_torch, args.device, peak, args.token_terms, args.remat)
                for p in presets]
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:

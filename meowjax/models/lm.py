@@ -412,19 +412,3 @@ def _logp_entropy_bwd(temperature, residuals, cotangents):
 
 
 token_logprobs_entropy.defvjp(_logp_entropy_fwd, _logp_entropy_bwd)
-
-
-def hidden_states_masked(
-    params: Params, cfg: ModelConfig, tokens_BL: jax.Array, positions_BL: jax.Array,
-    mask_BLS: jax.Array,
-) -> jax.Array:
-    """Final hidden states under an explicit attention mask (mask[b, i, j]: query i sees key j).
-
-    For packed rows whose attention is not plain causal, e.g. several candidate continuations
-    sharing one prompt (see meowjax.rollout.scoring).
-    """
-    chex.assert_rank([tokens_BL, positions_BL, mask_BLS], [2, 2, 3])
-    hidden, _ = _trunk_apply(
-        params, cfg, tokens_BL, positions_BL, mask_BLS, None, jnp.zeros((), jnp.int32)
-    )
-    return hidden
