@@ -82,7 +82,9 @@ def base_config() -> ml_collections.ConfigDict:
         weight_decay=0.0, lm_coef=0.0))
 
     c.mesh = ml_collections.ConfigDict(dict(axes=(("data", -1), ("fsdp", 1), ("tensor", 1))))
-    c.eval = ml_collections.ConfigDict(dict(every_iters=10, num_samples=4,
+    # Greedy success on both held-out splits at the start of RL and at the end; Pass@(K,T) from
+    # num_samples sampled episodes per game at the end (and at the start if sample_start).
+    c.eval = ml_collections.ConfigDict(dict(every_iters=10, num_samples=4, sample_start=True,
                                             pass_ks=(1, 2, 4), pass_ts=(4, 6, 8, 12)))
     c.checkpoint = ml_collections.ConfigDict(dict(every_iters=10, max_to_keep=2))
     c.log = ml_collections.ConfigDict(dict(every_steps=1))

@@ -329,7 +329,8 @@ class AgentTrainer(abc.ABC):
                 if self.preempted:
                     self._save(state, state.params, meta)
                     raise Preempted(f"SIGTERM during SFT at step {meta['sft_step']}; saved.")
-                meta["evals"]["start"] = self.evaluate(state.params, pool, "start", sampled=True)
+                meta["evals"]["start"] = self.evaluate(state.params, pool, "start",
+                                                       sampled=c.eval.sample_start)
                 meta["phase"] = RL
                 ref = jax.tree.map(jnp.copy, state.params)  # pg_step donates state.params
                 state = self._rl_state(state.params)
