@@ -54,7 +54,7 @@ def make_score_fn(cfg: ModelConfig, *, max_cands: int, temperature: float, norm:
 
 
 def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, *, max_cands: int,
-                  norm: str):
+                  norm: str, shardings: optim.StepShardings | None = None):
     """SFT on expert turns: cross-entropy of the expert command under pi (tau = 1)."""
 
     def loss_fn(params, batch):
@@ -65,11 +65,12 @@ def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, *, 
         acc = jnp.sum(jnp.where(w > 0, jnp.exp(logp_B), 0.0) * w) / jnp.maximum(jnp.sum(w), 1.0)
         return loss, {"sft/loss": loss, "sft/expert_prob": acc}
 
-    return optim.make_update_step(loss_fn, optimizer, prefix="sft")
+    return optim.make_update_step(loss_fn, optimizer, prefix="sft", shardings=shardings)
 
 
 def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
-                 max_cands: int, temperature: float, norm: str, needs_critic: bool):
+                 max_cands: int, temperature: float, norm: str, needs_critic: bool,
+                 shardings: optim.StepShardings | None = None):
     """One PPO-style minibatch update (policy, and the critic when ``needs_critic``)."""
     clip_high = algo.clip_eps_high if algo.clip_eps_high > 0 else None
     dual = algo.dual_clip if algo.dual_clip > 0 else None
@@ -104,7 +105,7 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
 
     return optim.make_update_step(policy_loss, optimizer, prefix="pg",
                                   critic_loss_fn=critic_loss if needs_critic else None,
-                                  critic_optimizer=value_optimizer)
+                                  critic_optimizer=value_optimizer, shardings=shardings)
 
 
 def make_eval_fns(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str,
