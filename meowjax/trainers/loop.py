@@ -74,7 +74,8 @@ class AgentTrainer(abc.ABC):
 
     def __init__(self, c: ml_collections.ConfigDict, workdir: str):
         self.c, self.workdir = c, workdir
-        self.mesh = make_mesh(c.mesh.axes, field="config.mesh.axes")
+        # This process's devices: multi-host training is not wired (launch_pod evaluates per host).
+        self.mesh = make_mesh(c.mesh.axes, jax.local_devices(), field="config.mesh.axes")
         placement.check_batch_rows(self.mesh, self.batch_row_fields())
         os.makedirs(workdir, exist_ok=True)
         self.spec = estimators.validate_estimator(c.rl.estimator)

@@ -1,6 +1,7 @@
 """Where the trainer's arrays live on the mesh: params, train state, batches, restore targets.
 
-One ``Placement`` per run, built from ``config.mesh.axes`` (``meowjax.sharding.make_mesh``). Every
+One ``Placement`` per run, on the mesh of ``config.mesh.axes`` over this process's devices
+(``meowjax.sharding.make_mesh``; multi-host training is not wired yet). Every
 sharding comes from the ONE rule table (``meowjax.sharding.LOGICAL_RULES``):
 
     policy / reference params   lm.logical_axes(cfg)   (vocab/heads/mlp on tensor, embed on fsdp)
@@ -97,5 +98,7 @@ class Placement:
         return jax.device_put(params, self.param_shardings(params))
 
     def batch(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
-        """Places a host batch ``{name: [B, ...]}`` with B split over the batch axes."""
-        return sharding.shard_batch(dict(batch), self.mesh)
+        """Places a host batch ``{name: [B, ...]}`` with B split over the batch axes (B divides:
+        ``check_batch_rows`` at trainer construction). The mesh is this process's devices, so
+        this is a plain ``device_put``, not ``shard_batch``'s multi-process assembly."""
+        return jax.device_put(dict(batch), self.batch_sharding)
