@@ -8,6 +8,7 @@ import pytest
 
 from configs import pod_qwen2p5_1p5b
 from experiments import launch_pod
+from conftest import CPU_COLLECTIVE_FLAGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,7 +60,7 @@ def test_pod_config_loads_both_ways():
 
 @pytest.mark.slow
 def test_check_mode_compiles_sharded_step_on_an_8_device_cpu_mesh():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8 " + CPU_COLLECTIVE_FLAGS,
                JAX_PLATFORMS="cpu")
     out = subprocess.run(
         [sys.executable, "-m", "experiments.launch_pod",

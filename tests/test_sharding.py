@@ -17,6 +17,7 @@ import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from meowjax import sharding
+from conftest import CPU_COLLECTIVE_FLAGS
 
 MESH_222 = AbstractMesh((2, 2, 2), ("data", "fsdp", "tensor"))
 
@@ -187,7 +188,7 @@ _EIGHT_DEVICE_SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def eight_device_results() -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8 " + CPU_COLLECTIVE_FLAGS, JAX_PLATFORMS="cpu")
     proc = subprocess.run(
         [sys.executable, "-c", _EIGHT_DEVICE_SCRIPT], env=env, capture_output=True, text=True,
         timeout=300,

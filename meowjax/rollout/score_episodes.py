@@ -104,7 +104,7 @@ def sample_from_logp(logp_C: np.ndarray, rng: np.random.Generator, greedy: bool)
 def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, builder: PromptBuilder,
             tasks: Sequence[Task], *, group_size: int, max_turns: Sequence[int],
             batch_rows: int, length_buckets: Sequence[int], rng: np.random.Generator,
-            greedy: bool = False) -> list[ScoreEpisode]:
+            greedy: bool = False, min_rows: int = 4) -> list[ScoreEpisode]:
     """Plays ``len(tasks) * group_size`` episodes in parallel; returns them in slot order.
 
     score_fn(batch) -> log pi [batch_rows, max_cands] (host numpy) for a packed batch.
@@ -144,7 +144,7 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
         if not idx:
             break
         batch = buckets.pack_rows(rows, length_buckets=length_buckets,
-                                  num_rows=buckets.row_bucket(len(rows), batch_rows),
+                                  num_rows=buckets.row_bucket(len(rows), batch_rows, min_rows),
                                   pad_values={"cand": builder.max_cands},
                                   what="rollout.length_buckets (scoring prompt + candidates)")
         logp_BC = score_fn(batch)

@@ -33,7 +33,8 @@ from meowjax.eval import passk, stats
 from meowjax.models import value
 from meowjax.rl import estimators, reduce
 from meowjax.rollout import buckets
-from meowjax.trainers import checkpoint, data, metrics_log, optim
+from meowjax.sharding import make_mesh
+from meowjax.trainers import checkpoint, data, metrics_log, optim, placement
 
 SFT, RL, DONE = "sft", "rl", "done"
 SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, EVAL_RNG = 1, 2, 3, 7, 9
@@ -45,10 +46,6 @@ class Preempted(Exception):
 
 def host_rng(seed: int, *keys: int) -> np.random.Generator:
     return np.random.default_rng([seed, *keys])
-
-
-def to_device(batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    return {k: jnp.asarray(v) for k, v in batch.items()}
 
 
 def budgets_for(c: ml_collections.ConfigDict, n: int, rng: np.random.Generator) -> list[int]:
@@ -77,6 +74,9 @@ class AgentTrainer(abc.ABC):
 
     def __init__(self, c: ml_collections.ConfigDict, workdir: str):
         self.c, self.workdir = c, workdir
+        # This process's devices: multi-host training is not wired (launch_pod evaluates per host).
+        self.mesh = make_mesh(c.mesh.axes, jax.local_devices(), field="config.mesh.axes")
+        placement.check_batch_rows(self.mesh, self.batch_row_fields())
         os.makedirs(workdir, exist_ok=True)
         self.spec = estimators.validate_estimator(c.rl.estimator)
         self.plan = data.budget_plan(c)
@@ -100,6 +100,10 @@ class AgentTrainer(abc.ABC):
         critic = ml_collections.ConfigDict(c.rl.to_dict())
         critic.lr = c.rl.critic_lr
         self.critic_opt = optim.optimizer_from_config(critic, rl_steps)
+        self.place = placement.Placement(self.mesh, self.cfg)
+        self.shardings = {phase: self.place.step_shardings(self._abstract_state(phase == RL), opt,
+                                                           self.critic_opt)
+                          for phase, opt in ((SFT, self.sft_opt), (RL, self.rl_opt))}
         self.setup_steps()
         self.writer = metrics_log.MetricsWriter(workdir)
         self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep)
@@ -113,7 +117,13 @@ class AgentTrainer(abc.ABC):
 
     @abc.abstractmethod
     def setup_steps(self) -> None:
-        """Sets self.sft_step, self.pg_step, self.old_terms (jitted)."""
+        """Sets self.sft_step, self.pg_step (with ``shardings=self.shardings[SFT | RL]``) and
+        self.old_terms (jitted)."""
+
+    def batch_row_fields(self) -> dict[str, int]:
+        """Config fields that fix a device batch's row count (each must divide the batch shards)."""
+        return {"sft.batch_rows": self.c.sft.batch_rows,
+                "rl.minibatch_rows": self.c.rl.minibatch_rows}
 
     @abc.abstractmethod
     def make_sft_rows(self, expert: list[dict[str, Any]]) -> list[dict[str, np.ndarray]]:
@@ -153,36 +163,52 @@ class AgentTrainer(abc.ABC):
 
     pad_values: dict[str, Any] = {}
 
-    # ----- state ---------------------------------------------------------------------------
-    def _sft_state(self):
-        params = self.init_params(jax.random.key(self.c.seed))
-        return optim.TrainState(step=jnp.int32(0), params=params,
-                                opt_state=self.sft_opt.init(params), value_params={},
-                                value_opt_state={})
+    def row_bucket(self, num: int, max_rows: int) -> int:
+        """Rows a batch of ``num`` is padded to: ``buckets.row_bucket`` with the smallest bucket a
+        multiple of the batch shards (>= 4), so every bucket divides over the mesh."""
+        return buckets.row_bucket(num, max_rows, min_rows=self.min_rows)
 
-    def _rl_state(self, params):
+    @property
+    def min_rows(self) -> int:
+        shards = placement.batch_shards(self.mesh)
+        return shards * -(-4 // shards)
+
+    # ----- state (placed on the mesh with self.shardings[phase].state) ----------------------
+    def _new_state(self, params, rl: bool):
         vparams, vopt = {}, {}
-        if self.spec.needs_critic:
+        if rl and self.spec.needs_critic:
             # The critic starts from the policy's trunk (as after SFT) with a fresh head.
             vparams = value.init_value_params(self.cfg, jax.random.key(self.c.seed + 1), params)
             vopt = self.critic_opt.init(vparams)
-        return optim.TrainState(step=jnp.int32(0), params=params,
-                                opt_state=self.rl_opt.init(params), value_params=vparams,
-                                value_opt_state=vopt)
+        opt = self.rl_opt if rl else self.sft_opt
+        return optim.TrainState(step=jnp.int32(0), params=params, opt_state=opt.init(params),
+                                value_params=vparams, value_opt_state=vopt)
+
+    def _abstract_state(self, rl: bool):
+        return jax.eval_shape(lambda: self._new_state(self.init_params(jax.random.key(0)), rl))
+
+    def _sft_state(self):
+        params = self.place.params(self.init_params(jax.random.key(self.c.seed)))
+        return jax.device_put(self._new_state(params, False), self.shardings[SFT].state)
+
+    def _rl_state(self, params):
+        return jax.device_put(self._new_state(params, True), self.shardings[RL].state)
 
     def _save(self, state, ref, meta):
         meta["ckpt_index"] += 1
         self.ckpt.save(int(meta["ckpt_index"]), {"state": state, "ref": ref}, meta)
 
     def _restore(self):
-        """(state, ref, meta) from the latest checkpoint, or a fresh start."""
-        state = self._sft_state()
+        """(state, ref, meta) from the latest checkpoint (restored onto the mesh shardings), or
+        a fresh start."""
         meta = {"phase": SFT, "sft_step": 0, "iteration": 0, "ckpt_index": 0, "evals": {}}
         if self.ckpt.latest_step() is None:
+            state = self._sft_state()
             return state, state.params, meta
-        if self.ckpt.read_meta()["phase"] != SFT:
-            state = self._rl_state(state.params)
-        restored, meta = self.ckpt.restore({"state": state, "ref": state.params})
+        phase = SFT if self.ckpt.read_meta()["phase"] == SFT else RL
+        target = placement.with_shardings(self._abstract_state(phase == RL),
+                                          self.shardings[phase].state)
+        restored, meta = self.ckpt.restore({"state": target, "ref": target.params})
         logging.info("Resumed from checkpoint: phase %s, sft_step %d, iteration %d",
                      meta["phase"], meta["sft_step"], meta["iteration"])
         return restored["state"], restored["ref"], meta
@@ -231,8 +257,8 @@ class AgentTrainer(abc.ABC):
             idx = buckets.length_grouped_minibatches(lengths, c.sft.batch_rows,
                                                      host_rng(c.seed, SFT_RNG, epoch))[k]
             batch = self.pack([self.sft_rows[i] for i in idx],
-                              buckets.row_bucket(len(idx), c.sft.batch_rows), "sft")
-            state, m = self.sft_step(state, to_device(batch))
+                              self.row_bucket(len(idx), c.sft.batch_rows), "sft")
+            state, m = self.sft_step(state, self.place.batch(batch))
             meta["sft_step"] += 1
             if meta["sft_step"] % c.log.every_steps == 0 or meta["sft_step"] == self.sft_steps:
                 self.writer.write(meta["sft_step"], jax.device_get(m))
@@ -244,9 +270,8 @@ class AgentTrainer(abc.ABC):
         old, refl, vals = [None] * len(rows), [None] * len(rows), [None] * len(rows)
         for idx in buckets.length_grouped_minibatches([len(r["tokens"]) for r in rows], mb):
             chunk = [rows[j] for j in idx]
-            batch = self.pack(chunk, buckets.row_bucket(len(chunk), mb), "old")
-            lp, rl_, v = jax.device_get(self.old_terms(state.params, ref, state.value_params,
-                                                       to_device(batch)))
+            batch = self.place.batch(self.pack(chunk, self.row_bucket(len(chunk), mb), "old"))
+            lp, rl_, v = jax.device_get(self.old_terms(state.params, ref, state.value_params, batch))
             for k, (j, row) in enumerate(zip(idx, chunk)):
                 n = len(row["tokens"])
                 cut = (lambda x: x[k]) if np.ndim(lp) == 1 else (lambda x: x[k, :n])
@@ -288,9 +313,9 @@ class AgentTrainer(abc.ABC):
         lengths = [len(r["tokens"]) for r in rows]
         for _ in range(c.rl.epochs):
             for idx in buckets.length_grouped_minibatches(lengths, mb, shuffle):
-                batch = self.pack([rows[j] for j in idx], buckets.row_bucket(len(idx), mb), "pg")
+                batch = self.pack([rows[j] for j in idx], self.row_bucket(len(idx), mb), "pg")
                 eff.append(buckets.padding_efficiency(batch))
-                state, m = self.pg_step(state, to_device(batch))
+                state, m = self.pg_step(state, self.place.batch(batch))
                 for k, v in m.items():
                     acc.setdefault(k, []).append(v)
         metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
@@ -332,7 +357,7 @@ class AgentTrainer(abc.ABC):
                 meta["evals"]["start"] = self.evaluate(state.params, pool, "start",
                                                        sampled=c.eval.sample_start)
                 meta["phase"] = RL
-                ref = jax.tree.map(jnp.copy, state.params)  # pg_step donates state.params
+                ref = self.place.params(jax.tree.map(jnp.copy, state.params))  # pg_step donates
                 state = self._rl_state(state.params)
                 self._save(state, ref, meta)
             while meta["phase"] == RL and meta["iteration"] < self.rl_iters:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import functools
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import flax.struct
 import jax
@@ -49,17 +47,33 @@ class TrainState(flax.struct.PyTreeNode):
     value_opt_state: Any
 
 
+class StepShardings(NamedTuple):
+    """Shardings of an update step: ``state`` a TrainState of shardings, ``batch`` one sharding
+    for every batch field, ``metrics`` one for every (scalar) metric."""
+
+    state: Any
+    batch: Any
+    metrics: Any
+
+
 def make_update_step(loss_fn: Callable, optimizer: optax.GradientTransformation, *, prefix: str,
                      critic_loss_fn: Callable | None = None,
-                     critic_optimizer: optax.GradientTransformation | None = None):
+                     critic_optimizer: optax.GradientTransformation | None = None,
+                     shardings: StepShardings | None = None):
     """jit(state, batch) -> (state, metrics): one optimizer step on ``loss_fn(params, batch)``
     (and on ``critic_loss_fn(value_params, batch)`` when given). The state is donated.
 
     Both losses return ``(loss, metrics)``; ``{prefix}/grad_norm`` and ``{prefix}/skipped`` (updates
-    skipped so far for non-finite gradients) are added.
+    skipped so far for non-finite gradients) are added. With ``shardings`` the step is jitted with
+    ``in_shardings=(state, batch)`` and ``out_shardings=(state, metrics)``, so the returned state
+    has exactly the input state's shardings (see ``meowjax.trainers.placement``).
     """
+    jit_kw = {}
+    if shardings is not None:
+        jit_kw = dict(in_shardings=(shardings.state, shardings.batch),
+                      out_shardings=(shardings.state, shardings.metrics))
 
-    @functools.partial(jax.jit, donate_argnums=0)
+    @functools.partial(jax.jit, donate_argnums=0, **jit_kw)
     def step(state: TrainState, batch):
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)

@@ -70,7 +70,8 @@ def make_score_fn(cfg: ModelConfig, *, max_cands: int, temperature: float, norm:
 
 
 def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, *, max_cands: int,
-                  norm: str, lm_coef: float = 0.0):
+                  norm: str, lm_coef: float = 0.0,
+                  shardings: optim.StepShardings | None = None):
     """SFT on expert turns: cross-entropy of the expert command under pi (tau = 1), plus
     ``lm_coef`` x the auxiliary prompt LM loss."""
 
@@ -84,11 +85,12 @@ def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, *, 
         loss = ce + lm_coef * lm_nll if lm_coef else ce
         return loss, {"sft/loss": ce, "sft/expert_prob": acc, "sft/lm_loss": lm_nll}
 
-    return optim.make_update_step(loss_fn, optimizer, prefix="sft")
+    return optim.make_update_step(loss_fn, optimizer, prefix="sft", shardings=shardings)
 
 
 def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
-                 max_cands: int, temperature: float, norm: str, needs_critic: bool):
+                 max_cands: int, temperature: float, norm: str, needs_critic: bool,
+                 shardings: optim.StepShardings | None = None):
     """One PPO-style minibatch update (policy, and the critic when ``needs_critic``)."""
     clip_high = algo.clip_eps_high if algo.clip_eps_high > 0 else None
     dual = algo.dual_clip if algo.dual_clip > 0 else None
@@ -127,7 +129,7 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
 
     return optim.make_update_step(policy_loss, optimizer, prefix="pg",
                                   critic_loss_fn=critic_loss if needs_critic else None,
-                                  critic_optimizer=value_optimizer)
+                                  critic_optimizer=value_optimizer, shardings=shardings)
 
 
 def make_eval_fns(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str,

@@ -37,12 +37,18 @@ class ScoreTrainer(loop.AgentTrainer):
         kw = dict(max_cands=c.policy.max_cands, norm=c.policy.score_norm)
         self.score_fn = score_steps.make_score_fn(self.cfg, temperature=c.policy.temperature, **kw)
         self.sft_step = score_steps.make_sft_step(self.cfg, self.sft_opt,
-                                                  lm_coef=c.sft.lm_coef, **kw)
+                                                  lm_coef=c.sft.lm_coef,
+                                                  shardings=self.shardings[loop.SFT], **kw)
         self.pg_step = score_steps.make_pg_step(
             self.cfg, self.rl_opt, self.critic_opt, c.rl, temperature=c.policy.temperature,
-            needs_critic=self.spec.needs_critic, **kw)
+            needs_critic=self.spec.needs_critic, shardings=self.shardings[loop.RL], **kw)
         self.old_terms = score_steps.make_eval_fns(
             self.cfg, temperature=c.policy.temperature, needs_critic=self.spec.needs_critic, **kw)
+
+    def batch_row_fields(self) -> dict[str, int]:
+        rollout = self.c.rollout.tasks_per_iter * self.c.rollout.group_size  # score_fn's rows
+        fields = super().batch_row_fields()
+        return {**fields, "rollout.tasks_per_iter * rollout.group_size": rollout}
 
     def make_sft_rows(self, expert):
         return [r for ex in expert for r in score_episodes.expert_turns(self.builder, **ex)]
@@ -52,11 +58,11 @@ class ScoreTrainer(loop.AgentTrainer):
 
     def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key):
         del key  # candidates are drawn on the host from rng
-        score = lambda batch: np.asarray(self.score_fn(params, loop.to_device(batch)))
+        score = lambda batch: np.asarray(self.score_fn(params, self.place.batch(batch)))
         return score_episodes.collect(
             score, pool, self.builder, tasks, group_size=group_size, max_turns=budgets,
             batch_rows=self.batch_rows, length_buckets=self.c.rollout.length_buckets, rng=rng,
-            greedy=greedy)
+            greedy=greedy, min_rows=self.min_rows)
 
     def view(self, ep) -> dict[str, Any]:
         return {"won": ep.won, "success_turn": ep.success_turn, "turns": len(ep.turns),

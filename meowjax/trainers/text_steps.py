@@ -56,17 +56,19 @@ def token_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
                                             batch["mask"]))
 
 
-def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation):
+def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation,
+                  shardings: optim.StepShardings | None = None):
     def loss_fn(params, batch):
         logp, _ = token_terms(params, cfg, batch, 1.0)
         nll = -reduce.masked_aggregate(logp, batch["loss_mask"], batch["row_weight"], "token_mean")
         return nll, {"sft/loss": nll}
 
-    return optim.make_update_step(loss_fn, optimizer, prefix="sft")
+    return optim.make_update_step(loss_fn, optimizer, prefix="sft", shardings=shardings)
 
 
 def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
-                 temperature: float, needs_critic: bool):
+                 temperature: float, needs_critic: bool,
+                 shardings: optim.StepShardings | None = None):
     clip_high = algo.clip_eps_high if algo.clip_eps_high > 0 else None
     dual = algo.dual_clip if algo.dual_clip > 0 else None
 
@@ -93,7 +95,7 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
 
     return optim.make_update_step(policy_loss, optimizer, prefix="pg",
                                   critic_loss_fn=critic_loss if needs_critic else None,
-                                  critic_optimizer=value_optimizer)
+                                  critic_optimizer=value_optimizer, shardings=shardings)
 
 
 def make_old_terms(cfg: ModelConfig, *, temperature: float, needs_critic: bool):

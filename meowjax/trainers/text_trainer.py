@@ -64,9 +64,11 @@ class TextTrainer(loop.AgentTrainer):
         if c.sft.lm_coef or c.rl.lm_coef:
             raise ValueError("sft.lm_coef / rl.lm_coef (auxiliary LM loss on the prompt) apply to "
                              "policy.interface='score' only; set them to 0 for 'generate'.")
-        self.sft_step = text_steps.make_sft_step(self.cfg, self.sft_opt)
+        self.sft_step = text_steps.make_sft_step(self.cfg, self.sft_opt,
+                                                 shardings=self.shardings[loop.SFT])
         self.pg_step = text_steps.make_pg_step(self.cfg, self.rl_opt, self.critic_opt, c.rl,
-                                               temperature=tau, needs_critic=self.spec.needs_critic)
+                                               temperature=tau, needs_critic=self.spec.needs_critic,
+                                               shardings=self.shardings[loop.RL])
         self.old_terms = text_steps.make_old_terms(self.cfg, temperature=tau,
                                                    needs_critic=self.spec.needs_critic)
 
