@@ -35,7 +35,6 @@ from absl import logging
 
 from meowjax.envs.base import Task
 from meowjax.envs.pool import EnvPool
-from meowjax.envs.registry import EnvSpec
 from meowjax.eval import passk, process_reward, report, stats
 from meowjax.trainers import checkpoint, data, loop
 
@@ -255,7 +254,7 @@ def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts
     tr = agent.trainer
     c = tr.c
     t_max = int(max(ts))
-    pool = EnvPool(EnvSpec(c.env.family, data.env_kwargs(c, admissible=tr.needs_admissible)),
+    pool = EnvPool(data.env_spec(c, admissible=tr.needs_admissible),
                    num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
     try:
         greedy = [v for v, _ in play_tasks(agent, pool, tasks, samples=1, budget=t_max,

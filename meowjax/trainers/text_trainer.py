@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from absl import logging
 
 from meowjax.models import gguf_io, hf_io, lm
 from meowjax.models.config import get_preset
@@ -62,8 +63,8 @@ class TextTrainer(loop.AgentTrainer):
         c = self.c
         tau = c.policy.temperature
         if c.sft.lm_coef or c.rl.lm_coef:
-            raise ValueError("sft.lm_coef / rl.lm_coef (auxiliary LM loss on the prompt) apply to "
-                             "policy.interface='score' only; set them to 0 for 'generate'.")
+            logging.warning("sft.lm_coef / rl.lm_coef (auxiliary LM loss on the prompt) apply to "
+                            "policy.interface='score' only; ignored for 'generate'.")
         self.sft_step = text_steps.make_sft_step(self.cfg, self.sft_opt,
                                                  shardings=self.shardings[loop.SFT])
         self.pg_step = text_steps.make_pg_step(self.cfg, self.rl_opt, self.critic_opt, c.rl,
