@@ -252,10 +252,14 @@ class AgentTrainer(abc.ABC):
         c = self.c
         steps_per_epoch = -(-len(self.sft_rows) // c.sft.batch_rows)
         lengths = [len(r["tokens"]) for r in self.sft_rows]
+        chunks, chunks_epoch = [], -1
         while meta["sft_step"] < self.sft_steps and not self.preempted:
             epoch, k = divmod(meta["sft_step"], steps_per_epoch)
-            idx = buckets.length_grouped_minibatches(lengths, c.sft.batch_rows,
-                                                     host_rng(c.seed, SFT_RNG, epoch))[k]
+            if epoch != chunks_epoch:  # one epoch's minibatches, drawn once from its rng
+                chunks = buckets.length_grouped_minibatches(lengths, c.sft.batch_rows,
+                                                            host_rng(c.seed, SFT_RNG, epoch))
+                chunks_epoch = epoch
+            idx = chunks[k]
             batch = self.pack([self.sft_rows[i] for i in idx],
                               self.row_bucket(len(idx), c.sft.batch_rows), "sft")
             state, m = self.sft_step(state, self.place.batch(batch))

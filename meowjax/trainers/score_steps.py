@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from meowjax.models import lm
 from meowjax.models.config import ModelConfig
 from meowjax.rl import losses, reduce
 from meowjax.rollout import scoring
