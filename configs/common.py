@@ -58,8 +58,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.overrides = ml_collections.ConfigDict({}, type_safe=False)
 
     # Policy interface: "score" (LM scores admissible commands) or "generate" (free text).
+    # history (score interface): the last observation is prefixed with "Actions so far: ...".
     c.policy = ml_collections.ConfigDict(dict(
-        interface="score", window=2, max_cands=48, score_norm="sum",
+        interface="score", window=2, history=False, max_cands=48, score_norm="sum",
         temperature=1.0, eval_temperature=0.0, max_action_tokens=12, max_context=1024))
     c.rollout = ml_collections.ConfigDict(dict(
         length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4))

@@ -23,7 +23,9 @@ def get_config(arg=None):
     c.name = "default"
     c.model.update(dict(preset="small", vocab_size=1024))
     c.model.overrides.update(MINI)
-    c.policy.update(dict(window=1, max_cands=48))
+    # No past turns in the prompt (window=0), but the episode's actions so far (history): on 40
+    # validation games after SFT, 35% vs 32.5% for the last turn (window=1) and 25% shorter rows.
+    c.policy.update(dict(window=0, history=True, max_cands=48))
     # 120 SFT games: held-out success rose from 15% (40 demonstrations) to 32% (120) at equal SFT
     # steps on validation games; generating them costs ~1 min on 2 cores.
     c.games.update(dict(num_train=64, num_sft=120, num_eval=40, num_eval_hard=40,
@@ -31,7 +33,8 @@ def get_config(arg=None):
     # 1520 episode-units: 120 demonstrations (x 10 units each) + 320 RL episodes (10 iterations).
     c.budget.update(dict(total_episodes=1520, sft_share=1200 / 1520))
     # lm_coef: the auxiliary next-token loss on the prompt (objective + observations).
-    c.sft.update(dict(epochs=2, batch_rows=16, lr=1e-3, augment_copies=2, lm_coef=1.0))
+    # lr 3e-3: 50% on the validation games after SFT (1e-3: 35%, 6e-3: 45%).
+    c.sft.update(dict(epochs=2, batch_rows=16, lr=3e-3, augment_copies=2, lm_coef=1.0))
     c.rollout.update(dict(tasks_per_iter=8, group_size=4,
                           length_buckets=(256, 320, 384, 448, 512, 768)))
     # Process reward (expert-plan progress, potential-based): undoing progress (closing what was

@@ -136,3 +136,24 @@ def test_row_bucket_and_length_grouped_minibatches():
     # Without an rng: deterministic, sorted order.
     det = buckets.length_grouped_minibatches([3, 1, 2], 2)
     assert [c.tolist() for c in det] == [[1, 2], [0]]
+
+
+def test_prompt_builder_window_and_history(tmp_path):
+    from meowjax.rollout import score_episodes
+    tok = tokenizer.train_bpe_tokenizer(["open box take key go north"] * 20, 300, str(tmp_path))
+    obs, acts = ["Room: A", "Room: A box open", "Room: B"], ["open box", "go north"]
+    plain = score_episodes.PromptBuilder(tok, window=1, max_cands=4)
+    msgs = plain.messages("win", obs, acts)
+    # system, then the last completed turn (obs_1, a_2), then the current observation.
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert "Room: A box open" in msgs[1]["content"] and msgs[2]["content"] == "go north"
+    assert "Actions so far" not in msgs[-1]["content"]
+    hist = score_episodes.PromptBuilder(tok, window=0, max_cands=4, history=True)
+    msgs = hist.messages("win", obs, acts)
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert "Actions so far: open box; go north\nRoom: B" in msgs[-1]["content"]
+    first = hist.messages("win", obs[:1], [])
+    assert "Actions so far: none\nRoom: A" in first[-1]["content"]
+    # The rendered prompt is exactly the chat template of those messages.
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert hist.prompt_ids("win", obs, acts) == tok.encode(text, add_special_tokens=False)

@@ -48,6 +48,9 @@ def test_score_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
     # One compile per (function, shape): every shape seen compiled exactly once.
     assert trainer.pg_step._cache_size() == len(trainer.shapes_seen["pg"])
     assert trainer.sft_step._cache_size() == len(trainer.shapes_seen["sft"])
+    # Update steps run on a fixed row count (only the length varies): compiles = length buckets.
+    assert {s[0] for s in trainer.shapes_seen["sft"]} == {c.sft.batch_rows}
+    assert {s[0] for s in trainer.shapes_seen["pg"]} == {c.rl.minibatch_rows}
     for split in ("eval", "eval_hard"):
         assert 0.0 <= out["evals"]["final"][split]["success"] <= 1.0
     assert os.listdir(tmp_path / "tb")

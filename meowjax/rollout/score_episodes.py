@@ -55,9 +55,10 @@ class ScoreEpisode:
 class PromptBuilder:
     """Renders prompts and tokenizes candidate commands (with a cache: commands repeat a lot)."""
 
-    def __init__(self, tokenizer, window: int, max_cands: int):
+    def __init__(self, tokenizer, window: int, max_cands: int, history: bool = False):
         self.tok = tokenizer
         self.window = window
+        self.history = history
         self.max_cands = max_cands
         self.fmt = chat.ChatFormat(instruction=SCORE_INSTRUCTION, window=window)
         self._cand_cache: dict[str, list[int]] = {}
@@ -65,14 +66,22 @@ class PromptBuilder:
 
     def messages(self, objective: str, observations: Sequence[str],
                  actions: Sequence[str]) -> list[dict[str, str]]:
-        """system, then (obs_s, a_s+1, ..., obs_t) with s = max(0, t - window)."""
+        """system, then (obs_s, a_s+1, ..., obs_t) with s = max(0, t - window).
+
+        history=True prefixes the last observation with the episode's actions so far
+        (``"Actions so far: a_1; a_2; ..."`` or ``"none"``): a compact memory of progress beyond
+        the window (which steps of the objective are done), at ~5 tokens per past turn.
+        """
         t = len(actions)
         s = max(0, t - self.window)
         msgs = [chat.system_message(objective, self.fmt)]
         for i in range(s, t):
             msgs.append(chat.user_message(observations[i]))
             msgs.append({"role": "assistant", "content": actions[i]})
-        msgs.append(chat.user_message(observations[t]))
+        last = observations[t]
+        if self.history:
+            last = history_line(actions) + "\n" + last.strip()
+        msgs.append(chat.user_message(last))
         return msgs
 
     def prompt_ids(self, objective, observations, actions) -> list[int]:
@@ -90,6 +99,11 @@ class PromptBuilder:
     def row(self, objective, observations, actions, commands) -> dict[str, np.ndarray]:
         return scoring.pack_turn(self.prompt_ids(objective, observations, actions),
                                  [self.candidate_ids(c) for c in commands], self.max_cands)
+
+
+def history_line(actions: Sequence[str]) -> str:
+    """``"Actions so far: a_1; a_2"`` (``"Actions so far: none"`` on the first turn)."""
+    return "Actions so far: " + ("; ".join(a.strip() for a in actions) if actions else "none")
 
 
 def sample_from_logp(logp_C: np.ndarray, rng: np.random.Generator, greedy: bool) -> int:

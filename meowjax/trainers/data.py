@@ -157,6 +157,8 @@ def game_tokenizer(c: ml_collections.ConfigDict, workdir: str, expert: list[dict
         texts.extend(ex["observations"])
         texts.extend(cmd for cmds in ex["admissible"] for cmd in cmds)
     texts.append("current state: your action: You are an agent playing a text adventure game.")
+    if c.policy.get("history"):
+        texts.append("Actions so far: none")
     return tok_lib.train_bpe_tokenizer(texts, c.model.vocab_size, folder)
 
 

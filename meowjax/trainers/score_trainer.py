@@ -26,7 +26,8 @@ class ScoreTrainer(loop.AgentTrainer):
         self.cfg = get_preset(c.model.preset, vocab_size=len(self.tok),
                               pad_token_id=self.tok.pad_token_id,
                               eos_token_id=self.tok.eos_token_id, **dict(c.model.overrides))
-        self.builder = score_episodes.PromptBuilder(self.tok, c.policy.window, c.policy.max_cands)
+        self.builder = score_episodes.PromptBuilder(self.tok, c.policy.window, c.policy.max_cands,
+                                                    history=c.policy.history)
         self.pad_values = {"cand": c.policy.max_cands}
         self.init_params = lambda key: lm.init_params(self.cfg, key)
 
