@@ -48,6 +48,9 @@ _SCRIPT = textwrap.dedent(
         # never complete); not seen on 1 device. Left for the next session to diagnose.
         c.sft.lm_coef = 0.0
         c.env.reward_mode = "sparse"
+        # The test's own learning rates (not the default run's tuned ones): the parameter bound
+        # below assumes policy steps of lr <= 1e-4.
+        c.sft.lr, c.rl.lr = 1e-3, 1e-4
         c.rl.update(rl)
         c.lock()
         return c
@@ -161,10 +164,8 @@ def test_mesh_222_matches_one_device(runs):
     assert sorted(p_one) == sorted(p_eight) and len(p_one) > 10
     for k in p_one:
         # Adam turns ~1e-7 reduction-order noise in near-zero gradients into steps of up to lr:
-        # the critic (lr 1e-3) gets a looser bound than the policy (lr <= 5e-5 in these steps;
-        # measured: 1 of 16384 up_proj elements off by 6e-6 once update batches carried
-        # weight-0 padding rows). A sharding bug moves many elements by O(lr) or more.
-        atol = 1e-5 if k.startswith("['p']") else 1e-4
+        # the critic (lr 1e-3) gets a looser bound than the policy (lr <= 5e-5 in these steps).
+        atol = 2e-6 if k.startswith("['p']") else 1e-4
         np.testing.assert_allclose(p_eight[k], p_one[k], rtol=1e-4, atol=atol, err_msg=k)
 
 
