@@ -14,6 +14,7 @@ from absl import logging
 from meowjax.envs import textworld_games
 from meowjax.envs.base import Task
 from meowjax.envs.registry import EnvSpec, make_env
+from meowjax.rollout import score_episodes
 from meowjax.rollout import tokenizer as tok_lib
 
 
@@ -157,8 +158,8 @@ def game_tokenizer(c: ml_collections.ConfigDict, workdir: str, expert: list[dict
         texts.extend(ex["observations"])
         texts.extend(cmd for cmds in ex["admissible"] for cmd in cmds)
     texts.append("current state: your action: You are an agent playing a text adventure game.")
-    if c.policy.get("history"):
-        texts.append("Actions so far: none")
+    if c.policy.history:
+        texts.append(score_episodes.history_line(()))
     return tok_lib.train_bpe_tokenizer(texts, c.model.vocab_size, folder)
 
 
