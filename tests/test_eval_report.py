@@ -7,6 +7,9 @@ import pytest
 from meowjax.eval import passk, report, stats
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# 12 games: 5 won by both, 1 lost by RL, 4 won only after RL, 2 lost by both.
+PAIR_BEFORE = [1] * 5 + [1] + [0] * 4 + [0] * 2
+PAIR_AFTER = [1] * 5 + [0] + [1] * 4 + [0] * 2
 
 
 def _records(rng, n_tasks=5, n=6, t_max=8):
@@ -27,6 +30,7 @@ def written(tmp_path_factory):
     res_mix = passk.estimate_pass_at_k_t(_records(rng), [1, 2, 4], [2, 4, 8], n_boot=200)
     sections = [
         report.SuccessTable("Success", [report.SuccessRow("ppo", 7, 10), report.SuccessRow("grpo", 3, 10)]),
+        report.PairedGainTable("Gain", [report.PairedGain("rl", PAIR_BEFORE, PAIR_AFTER)]),
         report.MeanTable("Seeds", {"ppo": [0.6, 0.7, 0.8], "rloo": [0.5, 0.5, 0.6]}),
         report.PassKTSection("Pass@(K,T) ppo", res_fixed),
         report.LearningCurves("Learning curves", {"ppo": ([0, 10, 20], [0.1, 0.4, 0.7]), "grpo": ([0, 10, 20], [0.1, 0.2, 0.3])}),
@@ -42,7 +46,7 @@ def test_report_markdown_has_expected_rows(written):
     assert path == workdir / "report.md"
     md = path.read_text()
     assert md.startswith("# Smoke eval\n")
-    for heading in ["## Success", "## Seeds", "## Pass@(K,T) ppo", "## Learning curves", "## Budget", "## Notes"]:
+    for heading in ["## Success", "## Gain", "## Seeds", "## Pass@(K,T) ppo", "## Learning curves", "## Budget", "## Notes"]:
         assert heading in md
     low, high = stats.wilson_interval(7, 10)
     assert f"| ppo | 0.700 | [{low:.3f}, {high:.3f}] | 10 |" in md
@@ -53,6 +57,10 @@ def test_report_markdown_has_expected_rows(written):
     assert "| variant | T=2 | T=4 | T=8 |" in md
     assert "| ppo | 20 | 0.700 | 0.700 |" in md
     assert "Tiny smoke run." in md
+    gain, low, high = stats.paired_difference_interval(PAIR_BEFORE, PAIR_AFTER)
+    assert gain == pytest.approx(3 / 12)
+    verdict = "gain" if low > 0 else "within the interval"
+    assert f"| rl | +0.250 | [{low:.3f}, {high:.3f}] | 4 | 1 | 12 | {verdict} |" in md
 
 
 def test_results_json_has_same_numbers(written):
@@ -67,6 +75,9 @@ def test_results_json_has_same_numbers(written):
     np.testing.assert_allclose(pkt["mean"], res.mean_KT)
     np.testing.assert_allclose(by_title["Budget"]["curves"]["budgetmix"]["values"], res_mix.mean_KT[0])
     assert by_title["Seeds"]["rows"][0]["mean"] == pytest.approx(0.7)
+    row = by_title["Gain"]["rows"][0]
+    assert (row["games_gained"], row["games_lost"], row["n_games"]) == (4, 1, 12)
+    assert row["ci_low"] == pytest.approx(stats.paired_difference_interval(PAIR_BEFORE, PAIR_AFTER)[1])
 
 
 def test_plots_are_valid_pngs(written):

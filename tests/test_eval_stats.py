@@ -99,3 +99,42 @@ def test_cumulative_success_curve():
     np.testing.assert_allclose(stats.cumulative_success_curve(records, 5), [0, 0.5, 0.5, 0.75, 0.75])
     with pytest.raises(ValueError, match="success_turn"):
         stats.cumulative_success_curve([{"won": True, "success_turn": 0}], 3)
+
+
+def test_paired_difference_interval_counts_and_symmetry():
+    before = [1] * 10 + [1] * 2 + [0] * 8 + [0] * 20   # a=10, b=2, c=8, d=20
+    after = [1] * 10 + [0] * 2 + [1] * 8 + [0] * 20
+    gain, low, high = stats.paired_difference_interval(before, after)
+    assert gain == pytest.approx((8 - 2) / 40)
+    assert low < gain < high
+    g2, l2, h2 = stats.paired_difference_interval(after, before)
+    assert g2 == pytest.approx(-gain) and l2 == pytest.approx(-high) and h2 == pytest.approx(-low)
+    # Pairing narrows the interval: identical policies except a few discordant games.
+    unpaired = stats.wilson_interval(18, 40)
+    assert high - low < unpaired[1] - unpaired[0]
+    with pytest.raises(ValueError, match="same games"):
+        stats.paired_difference_interval([1, 0], [1])
+
+
+def _paired_coverage(p1, p2, noise, n=40, trials=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    covered = 0
+    for _ in range(trials):
+        u = rng.random(n)  # a shared latent "game difficulty" decides both outcomes...
+        before, after = u < p1, u < p2
+        redraw = rng.random(n) < noise  # ...except for a share of after-RL outcomes drawn afresh
+        after = np.where(redraw, rng.random(n) < p2, after)
+        _, low, high = stats.paired_difference_interval(before, after)
+        covered += low <= p2 - p1 <= high
+    return covered / trials
+
+
+def test_paired_difference_interval_coverage_by_simulation():
+    """Intervals from simulated paired evaluations (n = 40) contain the true gain close to 95% of
+    the time. Over 20000 trials: 94.4% for independent pairs, 92.5% when 85% of the pairs are
+    perfectly correlated, 93.9% at 70% (Newcombe's method runs slightly liberal on discrete data
+    at this n). With 2000 trials (standard error ~0.5 points) the bounds sit ~3 errors below; a
+    sign or pairing error in the formula gives far lower coverage, an over-wide interval ~100%."""
+    assert 0.92 <= _paired_coverage(0.45, 0.6, noise=1.0) <= 0.975
+    assert 0.905 <= _paired_coverage(0.45, 0.6, noise=0.15) <= 0.975
+    assert 0.92 <= _paired_coverage(0.5, 0.7, noise=0.3) <= 0.975

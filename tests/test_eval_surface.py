@@ -77,6 +77,25 @@ def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games
 
 
 @pytest.mark.slow
+def test_run_report_pairs_the_same_games_before_and_after_rl(trained):
+    """The training run's own report: the paired RL-gain row is computed from the per-game
+    outcomes both evaluations recorded (same task ids), not from the two rates alone."""
+    results = json.load(open(os.path.join(trained, "results.json")))
+    by_type = {s["type"]: s for s in results["sections"]}
+    evals = json.load(open(os.path.join(trained, "evals.json")))
+    start, final = evals["start"]["eval"], evals["final"]["eval"]
+    assert set(start["per_game"]) == set(final["per_game"]) and len(start["per_game"]) == start["n"]
+    ids = sorted(start["per_game"])
+    before = [start["per_game"][i] for i in ids]
+    after = [final["per_game"][i] for i in ids]
+    row = by_type["PairedGainTable"]["rows"][0]
+    gain, low, high = stats.paired_difference_interval(before, after)
+    assert row["gain"] == pytest.approx(final["success"] - start["success"]) == pytest.approx(gain)
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert row["games_gained"] == sum(a and not b for a, b in zip(after, before))
+
+
+@pytest.mark.slow
 def test_studies_report_from_a_trained_cell(trained, tiny_games_dir, tmp_path):
     from experiments import studies
     study_dir = tmp_path / "study"

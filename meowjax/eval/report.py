@@ -3,6 +3,7 @@
 A report is a title and a list of sections; each section type knows its table and plot:
 
   * `SuccessTable`: success rate with a 95% Wilson interval and the number of games, per row.
+  * `PairedGainTable`: the gain of one policy over another on the same games (Newcombe interval).
   * `MeanTable`: mean of a metric over seeds/tasks with a bootstrap CI (e.g. the multi-seed
     algorithm comparison of the Practitioner's Guide).
   * `PassKTSection`: the Pass@(K,T) table (K rows × T columns, with CIs) and its heatmap.
@@ -52,6 +53,24 @@ class SuccessTable:
 
 
 @dataclasses.dataclass(frozen=True)
+class PairedGain:
+    """Two policies' outcomes on the same games, in the same order (True = won)."""
+
+    label: str
+    before: Sequence[bool]
+    after: Sequence[bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedGainTable:
+    """Gain after − before per row, with Newcombe's paired interval and the discordant games."""
+
+    title: str
+    rows: Sequence[PairedGain]
+    z: float = 1.96
+
+
+@dataclasses.dataclass(frozen=True)
 class MeanTable:
     """Mean of `metric` over units (seeds or tasks) per row, with a percentile bootstrap CI."""
 
@@ -96,7 +115,7 @@ class TextSection:
     body: str
 
 
-Section = SuccessTable | MeanTable | PassKTSection | LearningCurves | BudgetCurves | TextSection
+Section = SuccessTable | PairedGainTable | MeanTable | PassKTSection | LearningCurves | BudgetCurves | TextSection
 
 
 def budget_curves_from_pass_at_k_t(results: Mapping[str, passk.PassKTResult], k: int = 1) -> dict[str, plots.BandCurve]:
@@ -158,6 +177,22 @@ def _(section: SuccessTable, workdir: pathlib.Path, slug: str) -> tuple[str, dic
         entries.append(dict(label=r.label, successes=r.successes, n_games=r.n_games, success_rate=rate, ci_low=low, ci_high=high))
     md = markdown_table(["run", "success", "95% CI (Wilson)", "games"], rows)
     return md, {"rows": entries, "interval": "wilson", "z": section.z}
+
+
+@render_section.register
+def _(section: PairedGainTable, workdir: pathlib.Path, slug: str) -> tuple[str, dict[str, Any]]:
+    rows, entries = [], []
+    for r in section.rows:
+        gain, low, high = stats.paired_difference_interval(r.before, r.after, z=section.z)
+        x, y = np.asarray(r.before, dtype=bool), np.asarray(r.after, dtype=bool)
+        gained, lost = int(np.sum(~x & y)), int(np.sum(x & ~y))
+        verdict = "gain" if low > 0 else ("loss" if high < 0 else "within the interval")
+        rows.append([r.label, f"{gain:+.3f}", _ci(low, high), str(gained), str(lost), str(x.size), verdict])
+        entries.append(dict(label=r.label, gain=gain, ci_low=low, ci_high=high, games_gained=gained,
+                            games_lost=lost, n_games=int(x.size), verdict=verdict))
+    md = markdown_table(["run", "gain", "95% CI (paired, Newcombe)", "games won only after",
+                         "games lost after", "games", "verdict"], rows)
+    return md, {"rows": entries, "interval": "newcombe_paired", "z": section.z}
 
 
 @render_section.register

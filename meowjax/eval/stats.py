@@ -3,6 +3,7 @@
 Intervals:
   * `wilson_interval`: Wilson score interval for a plain success rate c / n.
   * `bootstrap_ci`: percentile bootstrap over the leading axis (tasks, or seeds) of any statistic.
+  * `paired_difference_interval`: the gain between two policies on the same games (Newcombe).
 
 Per-turn diagnostics (the questions of the Pass@(K,T) paper: is the agent bad at single steps, or bad
 at recovering from its own mistakes?). An *episode trace* is a mapping or an object with
@@ -64,6 +65,51 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     centre = (p + z2 / (2 * n)) / denom
     half = z / denom * np.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n))
     return max(0.0, float(centre - half)), min(1.0, float(centre + half))
+
+
+def paired_difference_interval(before: Sequence[bool], after: Sequence[bool],
+                               z: float = 1.96) -> tuple[float, float, float]:
+    """Difference of two success rates measured on the SAME games, with Newcombe's interval.
+
+    With n paired outcomes counted as a = (1, 1), b = (1, 0), c = (0, 1), d = (0, 0)
+    (before, after), p1 = (a + b) / n, p2 = (a + c) / n and the gain Δ = p2 − p1 = (c − b) / n.
+    Newcombe's hybrid score interval (1998, method 10) combines the two Wilson intervals
+    [l1, u1] of p1 and [l2, u2] of p2 with the correlation of the pairs,
+
+        φ = (a d − b c) / sqrt((a + b)(c + d)(a + c)(b + d))      (0 when a margin is empty)
+        low  = Δ − sqrt((u1 − p1)² − 2φ (u1 − p1)(p2 − l2) + (p2 − l2)²)
+        high = Δ + sqrt((p1 − l1)² − 2φ (p1 − l1)(u2 − p2) + (u2 − p2)²)
+
+    Coverage is close to the nominal level (slightly below, ~92%, when nearly all pairs agree).
+    Pairing is what makes a gain on a few dozen games measurable: games both policies win (or both
+    lose) carry no noise about the difference, so this interval is much narrower than the two
+    unpaired Wilson intervals side by side. A gain is significant at ~95% when low > 0.
+
+    Returns:
+      (gain, low, high).
+
+    Raises:
+      ValueError: on different lengths or no games.
+    """
+    x = np.asarray(before, dtype=bool)
+    y = np.asarray(after, dtype=bool)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired outcomes need two equal-length 1-D sequences, got shapes "
+                         f"{x.shape} and {y.shape}; evaluate both policies on the same games")
+    n = x.size
+    if n < 1:
+        raise ValueError("paired_difference_interval needs at least one game")
+    a, b = int(np.sum(x & y)), int(np.sum(x & ~y))
+    c, d = int(np.sum(~x & y)), int(np.sum(~x & ~y))
+    p1, p2 = (a + b) / n, (a + c) / n
+    l1, u1 = wilson_interval(a + b, n, z)
+    l2, u2 = wilson_interval(a + c, n, z)
+    denom = (a + b) * (c + d) * (a + c) * (b + d)
+    phi = (a * d - b * c) / np.sqrt(denom) if denom > 0 else 0.0
+    gain = p2 - p1
+    dl = np.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    dh = np.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    return float(gain), max(-1.0, float(gain - dl)), min(1.0, float(gain + dh))
 
 
 def bootstrap_ci(

@@ -56,14 +56,17 @@ def budgets_for(c: ml_collections.ConfigDict, n: int, rng: np.random.Generator) 
 
 
 def success_summary(views: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Success rate with its 95% Wilson interval, mean turns, invalid-action rate."""
+    """Success rate with its 95% Wilson interval, mean turns, invalid-action rate, and each game's
+    outcome (``per_game``: task_id -> won, one greedy episode per game) so that two evaluations of
+    the same games can be compared pairwise."""
     n = len(views)
     wins = int(sum(v["won"] for v in views))
     low, high = stats.wilson_interval(wins, n)
     turns = sum(v["turns"] for v in views)
     return {"success": wins / max(1, n), "ci_low": low, "ci_high": high, "wins": wins, "n": n,
             "mean_turns": turns / max(1, n),
-            "invalid_rate": sum(v["invalid"] for v in views) / max(1, turns)}
+            "invalid_rate": sum(v["invalid"] for v in views) / max(1, turns),
+            "per_game": {str(v["task_id"]): bool(v["won"]) for v in views}}
 
 
 class AgentTrainer(abc.ABC):
@@ -109,6 +112,7 @@ class AgentTrainer(abc.ABC):
         self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep)
         self.preempted = False
         self.shapes_seen: dict[str, set[tuple[int, ...]]] = {}
+        self.compile_clock = metrics_log.CompileClock()
 
     # ----- interface hooks -----------------------------------------------------------------
     @abc.abstractmethod
@@ -385,6 +389,10 @@ class AgentTrainer(abc.ABC):
                 self._save(state, ref, meta)
             logging.info("batch shapes per jitted function (one compile each): %s",
                          {k: sorted(v) for k, v in self.shapes_seen.items()})
+            cc = self.compile_clock.snapshot()
+            logging.info("XLA: %d compiles, %.1f s compiling, %.1f s tracing/lowering (all "
+                         "jitted functions, rollouts and evaluation included)", cc["compiles"],
+                         cc["compile_s"], cc["trace_s"])
             return {"plan": self.plan, "sft_rows": len(self.sft_rows), "rl_iters": self.rl_iters,
                     "evals": meta["evals"], "state": state, "ref": ref}
         finally:

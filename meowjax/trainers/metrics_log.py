@@ -32,3 +32,37 @@ class MetricsWriter:
     def close(self) -> None:
         self.tb.close()
         self.jsonl.close()
+
+
+class CompileClock:
+    """Counts XLA compilations and their seconds (jax.monitoring duration events), process-wide.
+
+    ``snapshot()`` returns ``{"compiles": n, "compile_s": s, "trace_s": t}`` since construction:
+    backend compiles (one per jitted function and input shape), and the seconds spent tracing and
+    lowering to MLIR before them. One listener is registered per process and shared.
+    """
+
+    _totals: dict[str, float] = {"compiles": 0, "compile_s": 0.0, "trace_s": 0.0}
+    _registered = False
+
+    def __init__(self):
+        if not CompileClock._registered:
+            from jax import monitoring
+            from jax._src import dispatch  # the event names jax emits
+            names = {dispatch.BACKEND_COMPILE_EVENT: "compile_s",
+                     dispatch.JAXPR_TRACE_EVENT: "trace_s",
+                     dispatch.JAXPR_TO_MLIR_MODULE_EVENT: "trace_s"}
+
+            def listen(event: str, secs: float, **_) -> None:
+                key = names.get(event)
+                if key:
+                    CompileClock._totals[key] += secs
+                    if key == "compile_s":
+                        CompileClock._totals["compiles"] += 1
+
+            monitoring.register_event_duration_secs_listener(listen)
+            CompileClock._registered = True
+        self._start = dict(CompileClock._totals)
+
+    def snapshot(self) -> dict[str, float]:
+        return {k: CompileClock._totals[k] - self._start[k] for k in self._start}

@@ -25,8 +25,11 @@ def _passkt(d: dict[str, Any]) -> passk.PassKTResult:
 
 def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, Any],
                      seconds: float) -> str:
-    """report.md + results.json: start vs after-RL success on both held-out splits."""
+    """report.md + results.json: start vs after-RL success on both held-out splits; evals.json:
+    every evaluation's numbers, each game's greedy outcome included (`per_game`)."""
     evals = out["evals"]
+    with open(os.path.join(workdir, "evals.json"), "w", encoding="utf-8") as f:
+        json.dump(report._jsonable(evals), f, indent=1)
     rows = []
     g = c.games
     names = {"eval": f"w{g.world_size}-o{g.nb_objects}-q{g.quest_length} held-out",
@@ -36,6 +39,14 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
             e = evals.get(tag, {}).get(split)
             if e:
                 rows.append(report.SuccessRow(f"{names[split]}: {label}", e["wins"], e["n"]))
+    paired = []
+    for split in ("eval", "eval_hard"):
+        before = evals.get("start", {}).get(split, {}).get("per_game")
+        after = evals.get("final", {}).get(split, {}).get("per_game")
+        if before and after and set(before) == set(after):
+            ids = sorted(before)
+            paired.append(report.PairedGain(f"{names[split]}: after RL - starting policy",
+                                            [before[i] for i in ids], [after[i] for i in ids]))
     sections = [
         report.TextSection("Run", (
             f"config `{c.name}`, estimator `{c.rl.estimator}`, interface `{c.policy.interface}`, "
@@ -45,6 +56,10 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
             f"turn budget {c.turns.eval_max_turns}.")),
         report.SuccessTable("Success on held-out games (95% Wilson intervals)", rows),
     ]
+    if paired:
+        sections.append(report.PairedGainTable(
+            "RL gain on the same games (paired: 'gain' when the whole 95% interval is above 0)",
+            paired))
     for tag in ("start", "final"):
         if "pass_at_k_t" in evals.get(tag, {}):
             sections.append(report.PassKTSection(f"Pass@(K,T) {tag}, held-out (training difficulty)",
