@@ -131,3 +131,17 @@ def test_bad_inputs_fail_clearly():
         reduce.masked_whiten(jnp.zeros(L), jnp.zeros(L), jnp.ones(1))
     with pytest.raises(ValueError, match="token_mean"):
         reduce.masked_aggregate(z, z, jnp.ones(B), "mean")
+
+
+@pytest.mark.parametrize("wrap", MODES)
+def test_masked_max_vs_loop_ignores_padding_nan_and_empty(wrap):
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        x, m, w = random_inputs(rng)
+        x = np.where(m > 0, x, np.nan)  # padding may hold anything, NaN included
+        want = max((x[b, t] for b in range(B) for t in range(L) if m[b, t] > 0 and w[b] > 0),
+                   default=0.0)
+        np.testing.assert_allclose(wrap(reduce.masked_max)(x, m, w), want, rtol=1e-6)
+    x = -np.ones((2, 3), np.float32)   # all negative: the max is -1, not the 0 of an empty set
+    np.testing.assert_allclose(wrap(reduce.masked_max)(x, np.ones_like(x), np.ones(2)), -1.0)
+    np.testing.assert_allclose(wrap(reduce.masked_max)(x, np.zeros_like(x), np.ones(2)), 0.0)

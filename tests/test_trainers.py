@@ -51,6 +51,9 @@ def test_score_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
     # Update steps run on a fixed row count (only the length varies): compiles = length buckets.
     assert {s[0] for s in trainer.shapes_seen["sft"]} == {c.sft.batch_rows}
     assert {s[0] for s in trainer.shapes_seen["pg"]} == {c.rl.minibatch_rows}
+    # The pre-update pass (reference log-probs for the KL, values for the critic) too.
+    assert {s[0] for s in trainer.shapes_seen["old"]} == {c.rl.minibatch_rows}
+    assert trainer.old_terms._cache_size() == len(trainer.shapes_seen["old"])
     for split in ("eval", "eval_hard"):
         assert 0.0 <= out["evals"]["final"][split]["success"] <= 1.0
     assert os.listdir(tmp_path / "tb")
@@ -72,6 +75,29 @@ def test_text_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
     assert len(rl) == 2 and all(np.isfinite(v) for r in rl for v in r.values())
     assert all(r["rollout/logp_mismatch_max"] < 1e-4 for r in rl)
     assert trainer.pg_step._cache_size() == len(trainer.shapes_seen["pg"])
+
+
+def test_compile_clock_counts_each_backend_compile():
+    from meowjax.trainers import metrics_log
+    clock = metrics_log.CompileClock()
+    f = jax.jit(lambda x: x * 2.0 + 1.0)
+    for n in (3, 3, 5):   # numpy inputs: no other jitted op runs in between
+        f(np.ones(n, np.float32)).block_until_ready()
+    snap = clock.snapshot()
+    assert f._cache_size() == 2 and snap["compiles"] == 2
+    assert snap["compile_s"] > 0 and snap["trace_s"] > 0
+    assert metrics_log.CompileClock().snapshot()["compiles"] == 0   # counts from construction
+
+
+@pytest.mark.slow
+def test_score_trainer_without_kl_or_critic_skips_the_pre_update_pass(tiny_games_dir, tmp_path):
+    c = tiny_config(tiny_games_dir, estimator="rloo", minibatch_rows=8, kl_coef=0.0)
+    trainer = ScoreTrainer(c, str(tmp_path))
+    out = trainer.run()
+    assert out["rl_iters"] == 2 and "old" not in trainer.shapes_seen
+    assert trainer.old_terms._cache_size() == 0
+    recs = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+    assert all(r["pg/kl_ref"] == 0.0 for r in recs if "pg/kl_ref" in r)
 
 
 @pytest.mark.slow

@@ -318,7 +318,9 @@ def generate_games(spec: GameSetSpec, out_dir: str, workers: int = 2,
                 "spec": dataclasses.asdict(spec), "tw_make_args": spec.tw_make_args(),
                 "games": [done[s] for s in sorted(done)],
                 "skipped": [skipped[s] for s in sorted(skipped)]}
-    tmp = manifest_path + ".tmp"
+    # A per-process temporary name: runs sharing one cache folder (a sweep) each replace the
+    # manifest atomically instead of racing on one ".tmp" file.
+    tmp = f"{manifest_path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(manifest, f, indent=1)
     os.replace(tmp, manifest_path)

@@ -79,6 +79,14 @@ def masked_mean(x_BL: chex.Array, mask_BL: chex.Array, row_weight_B: chex.Array)
     return masked_aggregate(x_BL, mask_BL, row_weight_B, "token_mean")
 
 
+def masked_max(x_BL: chex.Array, mask_BL: chex.Array, row_weight_B: chex.Array) -> chex.Array:
+    """`max` of `x_BL` over valid tokens (0 when there is none); e.g. the largest
+    `|log pi - log pi_sample|` of a batch, a check that sampling and training agree."""
+    check_BL("masked_max", x_BL, mask_BL, row_weight_B)
+    valid = valid_BL(mask_BL, row_weight_B)
+    return jnp.where(jnp.any(valid), jnp.max(jnp.where(valid, _float(x_BL), -jnp.inf)), 0.0)
+
+
 def masked_whiten(
     x_BL: chex.Array,
     mask_BL: chex.Array,

@@ -167,13 +167,10 @@ class AgentTrainer(abc.ABC):
 
     pad_values: dict[str, Any] = {}
 
-    def row_bucket(self, num: int, max_rows: int) -> int:
-        """Rows a batch of ``num`` is padded to: ``buckets.row_bucket`` with the smallest bucket a
-        multiple of the batch shards (>= 4), so every bucket divides over the mesh."""
-        return buckets.row_bucket(num, max_rows, min_rows=self.min_rows)
-
     @property
     def min_rows(self) -> int:
+        """Smallest rollout row bucket: a multiple of the batch shards (>= 4), so every bucket
+        divides over the mesh."""
         shards = placement.batch_shards(self.mesh)
         return shards * -(-4 // shards)
 
@@ -275,18 +272,26 @@ class AgentTrainer(abc.ABC):
         return state
 
     def _old_terms(self, state, ref, rows):
-        """Per-row (current log-prob, reference log-prob, value) over length-grouped chunks."""
-        mb = self.c.rl.minibatch_rows
-        old, refl, vals = [None] * len(rows), [None] * len(rows), [None] * len(rows)
+        """Per-row (reference log-prob, value) before the update, zeros for a term the run does
+        not use (no KL: no reference forward; no critic: no value forward). Chunks always have
+        ``rl.minibatch_rows`` rows (weight-0 padding), so the pass compiles once per length
+        bucket, like the update."""
+        c = self.c
+        if not (c.rl.kl_coef > 0 or self.spec.needs_critic):
+            zero = lambda r: (np.zeros(len(r["tokens"]), np.float32)
+                              if "loss_mask" in r else np.float32(0.0))
+            return [zero(r) for r in rows], [zero(r) for r in rows]
+        mb = c.rl.minibatch_rows
+        refl, vals = [None] * len(rows), [None] * len(rows)
         for idx in buckets.length_grouped_minibatches([len(r["tokens"]) for r in rows], mb):
             chunk = [rows[j] for j in idx]
-            batch = self.place.batch(self.pack(chunk, self.row_bucket(len(chunk), mb), "old"))
-            lp, rl_, v = jax.device_get(self.old_terms(state.params, ref, state.value_params, batch))
+            batch = self.place.batch(self.pack(chunk, mb, "old"))
+            rl_, v = jax.device_get(self.old_terms(ref, state.value_params, batch))
             for k, (j, row) in enumerate(zip(idx, chunk)):
                 n = len(row["tokens"])
-                cut = (lambda x: x[k]) if np.ndim(lp) == 1 else (lambda x: x[k, :n])
-                old[j], refl[j], vals[j] = cut(lp), cut(rl_), cut(v)
-        return old, refl, vals
+                cut = (lambda x: x[k]) if np.ndim(rl_) == 1 else (lambda x: x[k, :n])
+                refl[j], vals[j] = cut(rl_), cut(v)
+        return refl, vals
 
     def _rl_iteration(self, state, ref, pool, it):
         c = self.c
@@ -299,7 +304,8 @@ class AgentTrainer(abc.ABC):
                         key=jax.random.fold_in(jax.random.key(c.seed), it))
         t_roll = time.time() - t0
         rows = self.update_rows(eps)
-        old, refl, vals = self._old_terms(state, ref, rows)
+        refl, vals = self._old_terms(state, ref, rows)
+        old = [r["old_logp"] for r in rows]  # as sampled: the update's first minibatch checks them
         rewards, mask, turn_end, values = self.matrices(eps, rows, vals)
         if c.rl.kl_coef > 0 and not c.rl.kl_in_loss:  # KL to the reference folded into rewards
             rewards = rewards - c.rl.kl_coef * self.kl_matrix(eps, rows, old, refl)
@@ -328,20 +334,19 @@ class AgentTrainer(abc.ABC):
                 state, m = self.pg_step(state, self.place.batch(batch))
                 for k, v in m.items():
                     acc.setdefault(k, []).append(v)
+        # The first minibatch runs on the sampling params: its |log pi - sampled log pi| is the
+        # sampler-vs-trainer mismatch of this iteration's rows (later ones measure the update).
+        mismatch = acc.pop("pg/logp_mismatch_max")
         metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
         views = [self.view(e) for e in eps]
         n_turns = sum(v["turns"] for v in views)
-        sampled = np.concatenate([np.ravel(r["old_logp"][r["loss_mask"] > 0]) if "loss_mask" in r
-                                  else np.ravel(r["old_logp"]) for r in rows])
-        recomputed = np.concatenate([np.ravel(o[r["loss_mask"] > 0]) if "loss_mask" in r
-                                     else np.ravel(o) for o, r in zip(old, rows)])
         metrics.update({
             "rollout/success": float(np.mean([v["won"] for v in views])),
             "rollout/return": float(np.mean([v["reward"] for v in views])),
             "rollout/episode_turns": n_turns / len(views),
             "rollout/invalid_rate": sum(v["invalid"] for v in views) / max(1, n_turns),
             "rollout/overflow_rate": float(np.mean([v["overflow"] for v in views])),
-            "rollout/logp_mismatch_max": float(np.max(np.abs(sampled - recomputed))),
+            "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             "perf/padding_efficiency": float(np.mean(eff)),
             "perf/turns_per_s": n_turns / max(t_roll, 1e-9)})

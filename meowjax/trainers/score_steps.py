@@ -106,14 +106,18 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
                                        ones_B1, w, clip_eps=algo.clip_eps, clip_eps_high=clip_high,
                                        dual_clip=dual, agg="token_mean")
         ent = reduce.masked_mean(scoring.candidate_entropy(logp_BC)[:, None], ones_B1, w)
-        kl = losses.kl_loss(logp_B1, batch["ref_logp"][:, None], ones_B1, w, kind=algo.kl_kind)
+        # No KL term (kl_coef = 0): no reference pass ran, ref_logp is 0, and kl_ref reads 0.
+        kl = (losses.kl_loss(logp_B1, batch["ref_logp"][:, None], ones_B1, w, kind=algo.kl_kind)
+              if algo.kl_coef > 0 else jnp.zeros((), jnp.float32))
         loss = pg - algo.entropy_coef * ent
         if algo.kl_in_loss:
             loss = loss + algo.kl_coef * kl
         if lm_coef:
             loss = loss + lm_coef * lm_nll
         metrics = {"pg/policy_loss": pg, "pg/entropy": ent, "pg/kl_ref": kl, "pg/lm_loss": lm_nll,
-                   "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"]}
+                   "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"],
+                   "pg/logp_mismatch_max": reduce.masked_max(
+                       jnp.abs(logp_B1 - batch["old_logp"][:, None]), ones_B1, w)}
         return loss, metrics
 
     def critic_loss(vparams, batch):
@@ -132,13 +136,16 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
 
 
 def make_eval_fns(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str,
-                  needs_critic: bool):
-    """jit(params, ref_params, vparams, batch) -> (log pi(chosen), ref log pi(chosen), V)."""
+                  needs_ref: bool, needs_critic: bool):
+    """jit(ref_params, vparams, batch) -> (ref log pi(chosen), V) per row, zeros for the term not
+    needed. The current policy's log-prob is not recomputed: rows keep the sampler's, and the
+    update's first minibatch checks them (``pg/logp_mismatch_max``)."""
     @jax.jit
-    def old_terms(params, ref_params, vparams, batch):
+    def old_terms(ref_params, vparams, batch):
         kw = dict(max_cands=max_cands, temperature=temperature, norm=norm)
-        logp = chosen_logp(policy_logp(params, cfg, batch, **kw), batch["chosen"])
-        ref = chosen_logp(policy_logp(ref_params, cfg, batch, **kw), batch["chosen"])
-        value = turn_values(vparams, cfg, batch) if needs_critic else jnp.zeros_like(logp)
-        return logp, ref, value
+        zeros = jnp.zeros(batch["chosen"].shape, jnp.float32)
+        ref = (chosen_logp(policy_logp(ref_params, cfg, batch, **kw), batch["chosen"])
+               if needs_ref else zeros)
+        value = turn_values(vparams, cfg, batch) if needs_critic else zeros
+        return ref, value
     return old_terms

@@ -42,7 +42,8 @@ class ScoreTrainer(loop.AgentTrainer):
             self.cfg, self.rl_opt, self.critic_opt, c.rl, temperature=c.policy.temperature,
             needs_critic=self.spec.needs_critic, shardings=self.shardings[loop.RL], **kw)
         self.old_terms = score_steps.make_eval_fns(
-            self.cfg, temperature=c.policy.temperature, needs_critic=self.spec.needs_critic, **kw)
+            self.cfg, temperature=c.policy.temperature, needs_ref=c.rl.kl_coef > 0,
+            needs_critic=self.spec.needs_critic, **kw)
 
     def batch_row_fields(self) -> dict[str, int]:
         rollout = self.c.rollout.tasks_per_iter * self.c.rollout.group_size  # score_fn's rows

@@ -79,12 +79,16 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
                                        clip_eps=algo.clip_eps, clip_eps_high=clip_high,
                                        dual_clip=dual, agg=algo.get("agg", "token_mean"))
         ent_mean = reduce.masked_mean(ent, lm_mask, w)
-        kl = losses.kl_loss(logp, batch["ref_logp"], lm_mask, w, kind=algo.kl_kind)
+        # No KL term (kl_coef = 0): no reference pass ran, ref_logp is 0, and kl_ref reads 0.
+        kl = (losses.kl_loss(logp, batch["ref_logp"], lm_mask, w, kind=algo.kl_kind)
+              if algo.kl_coef > 0 else jnp.zeros((), jnp.float32))
         loss = pg - algo.entropy_coef * ent_mean
         if algo.kl_in_loss:
             loss = loss + algo.kl_coef * kl
         return loss, {"pg/policy_loss": pg, "pg/entropy": ent_mean, "pg/kl_ref": kl,
-                      "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"]}
+                      "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"],
+                      "pg/logp_mismatch_max": reduce.masked_max(
+                          jnp.abs(logp - batch["old_logp"]), lm_mask, w)}
 
     def critic_loss(vparams, batch):
         v = token_values(vparams, cfg, batch)
@@ -98,12 +102,14 @@ def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collecti
                                   critic_optimizer=value_optimizer, shardings=shardings)
 
 
-def make_old_terms(cfg: ModelConfig, *, temperature: float, needs_critic: bool):
-    """jit(params, ref_params, vparams, batch) -> (logp_BL, ref_logp_BL, values_BL)."""
+def make_old_terms(cfg: ModelConfig, *, temperature: float, needs_ref: bool, needs_critic: bool):
+    """jit(ref_params, vparams, batch) -> (ref_logp_BL, values_BL), zeros for the term not
+    needed. The current policy's log-probs are the sampler's (checked by the update's first
+    minibatch: ``pg/logp_mismatch_max``), not recomputed here."""
     @jax.jit
-    def old_terms(params, ref_params, vparams, batch):
-        logp, _ = token_terms(params, cfg, batch, temperature)
-        ref, _ = token_terms(ref_params, cfg, batch, temperature)
-        values = token_values(vparams, cfg, batch) if needs_critic else jnp.zeros_like(logp)
-        return logp, ref, values
+    def old_terms(ref_params, vparams, batch):
+        zeros = jnp.zeros(batch["tokens"].shape, jnp.float32)
+        ref = token_terms(ref_params, cfg, batch, temperature)[0] if needs_ref else zeros
+        values = token_values(vparams, cfg, batch) if needs_critic else zeros
+        return ref, values
     return old_terms
