@@ -13,7 +13,7 @@
 #
 # This notebook (a `# %%` percent-format script, synced to `notebook.ipynb` with
 # `python experiments/sync_notebook.py`) installs meowjax, generates TextWorld games, trains the
-# tiny from-scratch agent of `configs/default.py:smoke=True` (SFT on expert walkthroughs, then RLOO)
+# tiny from-scratch agent of `configs/default.py:smoke=True` (SFT on expert walkthroughs, then PPO with a critic)
 # for a few minutes on a CPU, plots the learning curve from `metrics.jsonl`, and evaluates
 # Pass@(K,T): the chance that at least one of K episodes, each capped at T turns, wins.
 #
