@@ -184,12 +184,12 @@ def _(section: PairedGainTable, workdir: pathlib.Path, slug: str) -> tuple[str, 
     rows, entries = [], []
     for r in section.rows:
         gain, low, high = stats.paired_difference_interval(r.before, r.after, z=section.z)
-        x, y = np.asarray(r.before, dtype=bool), np.asarray(r.after, dtype=bool)
-        gained, lost = int(np.sum(~x & y)), int(np.sum(x & ~y))
+        both, lost, gained, neither = stats.paired_counts(r.before, r.after)
+        n = both + lost + gained + neither
         verdict = "gain" if low > 0 else ("loss" if high < 0 else "within the interval")
-        rows.append([r.label, f"{gain:+.3f}", _ci(low, high), str(gained), str(lost), str(x.size), verdict])
+        rows.append([r.label, f"{gain:+.3f}", _ci(low, high), str(gained), str(lost), str(n), verdict])
         entries.append(dict(label=r.label, gain=gain, ci_low=low, ci_high=high, games_gained=gained,
-                            games_lost=lost, n_games=int(x.size), verdict=verdict))
+                            games_lost=lost, n_games=n, verdict=verdict))
     md = markdown_table(["run", "gain", "95% CI (paired, Newcombe)", "games won only after",
                          "games lost after", "games", "verdict"], rows)
     return md, {"rows": entries, "interval": "newcombe_paired", "z": section.z}

@@ -3,7 +3,8 @@
 Intervals:
   * `wilson_interval`: Wilson score interval for a plain success rate c / n.
   * `bootstrap_ci`: percentile bootstrap over the leading axis (tasks, or seeds) of any statistic.
-  * `paired_difference_interval`: the gain between two policies on the same games (Newcombe).
+  * `paired_difference_interval`: the gain between two policies on the same games (Newcombe),
+    from `paired_counts`.
 
 Per-turn diagnostics (the questions of the Pass@(K,T) paper: is the agent bad at single steps, or bad
 at recovering from its own mistakes?). An *episode trace* is a mapping or an object with
@@ -67,6 +68,23 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, float(centre - half)), min(1.0, float(centre + half))
 
 
+def paired_counts(before: Sequence[bool], after: Sequence[bool]) -> tuple[int, int, int, int]:
+    """(a, b, c, d): games won (before, after) = (1, 1), (1, 0), (0, 1), (0, 0); c is the games
+    the second policy gained, b the games it lost.
+
+    Raises:
+      ValueError: on different lengths or no games.
+    """
+    x = np.asarray(before, dtype=bool)
+    y = np.asarray(after, dtype=bool)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired outcomes need two equal-length 1-D sequences, got shapes "
+                         f"{x.shape} and {y.shape}; evaluate both policies on the same games")
+    if x.size < 1:
+        raise ValueError("paired outcomes need at least one game")
+    return (int(np.sum(x & y)), int(np.sum(x & ~y)), int(np.sum(~x & y)), int(np.sum(~x & ~y)))
+
+
 def paired_difference_interval(before: Sequence[bool], after: Sequence[bool],
                                z: float = 1.96) -> tuple[float, float, float]:
     """Difference of two success rates measured on the SAME games, with Newcombe's interval.
@@ -89,18 +107,10 @@ def paired_difference_interval(before: Sequence[bool], after: Sequence[bool],
       (gain, low, high).
 
     Raises:
-      ValueError: on different lengths or no games.
+      ValueError: on different lengths or no games (`paired_counts`).
     """
-    x = np.asarray(before, dtype=bool)
-    y = np.asarray(after, dtype=bool)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"paired outcomes need two equal-length 1-D sequences, got shapes "
-                         f"{x.shape} and {y.shape}; evaluate both policies on the same games")
-    n = x.size
-    if n < 1:
-        raise ValueError("paired_difference_interval needs at least one game")
-    a, b = int(np.sum(x & y)), int(np.sum(x & ~y))
-    c, d = int(np.sum(~x & y)), int(np.sum(~x & ~y))
+    a, b, c, d = paired_counts(before, after)
+    n = a + b + c + d
     p1, p2 = (a + b) / n, (a + c) / n
     l1, u1 = wilson_interval(a + b, n, z)
     l2, u2 = wilson_interval(a + c, n, z)

@@ -82,6 +82,8 @@ class AgentTrainer(abc.ABC):
         placement.check_batch_rows(self.mesh, self.batch_row_fields())
         os.makedirs(workdir, exist_ok=True)
         self.spec = estimators.validate_estimator(c.rl.estimator)
+        # Reference log-probs are computed only for a KL term (in the loss or in the rewards).
+        self.needs_ref = c.rl.kl_coef > 0
         self.plan = data.budget_plan(c)
         self.sets = data.game_sets(c)
         sft_tasks = self.sets["sft"][:self.plan["sft_demos"]]
@@ -277,7 +279,7 @@ class AgentTrainer(abc.ABC):
         ``rl.minibatch_rows`` rows (weight-0 padding), so the pass compiles once per length
         bucket, like the update."""
         c = self.c
-        if not (c.rl.kl_coef > 0 or self.spec.needs_critic):
+        if not (self.needs_ref or self.spec.needs_critic):
             zero = lambda r: (np.zeros(len(r["tokens"]), np.float32)
                               if "loss_mask" in r else np.float32(0.0))
             return [zero(r) for r in rows], [zero(r) for r in rows]
@@ -305,9 +307,10 @@ class AgentTrainer(abc.ABC):
         t_roll = time.time() - t0
         rows = self.update_rows(eps)
         refl, vals = self._old_terms(state, ref, rows)
-        old = [r["old_logp"] for r in rows]  # as sampled: the update's first minibatch checks them
         rewards, mask, turn_end, values = self.matrices(eps, rows, vals)
-        if c.rl.kl_coef > 0 and not c.rl.kl_in_loss:  # KL to the reference folded into rewards
+        if self.needs_ref and not c.rl.kl_in_loss:  # KL to the reference folded into rewards
+            # log pi as sampled (the update's first minibatch checks them against the trainer's)
+            old = [r["old_logp"] for r in rows]
             rewards = rewards - c.rl.kl_coef * self.kl_matrix(eps, rows, old, refl)
         inputs = estimators.EstimatorInputs(
             rewards_BL=jnp.asarray(rewards), mask_BL=jnp.asarray(mask),

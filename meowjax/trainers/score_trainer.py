@@ -42,7 +42,7 @@ class ScoreTrainer(loop.AgentTrainer):
             self.cfg, self.rl_opt, self.critic_opt, c.rl, temperature=c.policy.temperature,
             needs_critic=self.spec.needs_critic, shardings=self.shardings[loop.RL], **kw)
         self.old_terms = score_steps.make_eval_fns(
-            self.cfg, temperature=c.policy.temperature, needs_ref=c.rl.kl_coef > 0,
+            self.cfg, temperature=c.policy.temperature, needs_ref=self.needs_ref,
             needs_critic=self.spec.needs_critic, **kw)
 
     def batch_row_fields(self) -> dict[str, int]:

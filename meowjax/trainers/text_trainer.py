@@ -70,7 +70,7 @@ class TextTrainer(loop.AgentTrainer):
                                                temperature=tau, needs_critic=self.spec.needs_critic,
                                                shardings=self.shardings[loop.RL])
         self.old_terms = text_steps.make_old_terms(self.cfg, temperature=tau,
-                                                   needs_ref=c.rl.kl_coef > 0,
+                                                   needs_ref=self.needs_ref,
                                                    needs_critic=self.spec.needs_critic)
 
     def make_sft_rows(self, expert):
