@@ -157,7 +157,7 @@ class AgentTrainer(abc.ABC):
         """(rewards_EX, mask_EX, turn_end_EX, values_EX) for the estimators."""
 
     @abc.abstractmethod
-    def attach(self, episodes, rows, adv_EX, ret_EX, old, ref, values) -> None:
+    def attach(self, episodes, rows, adv_EX, ret_EX, ref, values) -> None:
         """Writes adv / ret / old_value / ref_logp into ``rows`` (in place)."""
 
     def pack(self, rows, num_rows: int, purpose: str) -> dict[str, np.ndarray]:
@@ -323,7 +323,7 @@ class AgentTrainer(abc.ABC):
         if c.rl.whiten_advantages:
             adv = reduce.masked_whiten(adv, inputs.mask_BL, inputs.row_weight_B)
         adv, ret = jax.device_get((adv, ret))
-        self.attach(eps, rows, adv, ret, old, refl, vals)
+        self.attach(eps, rows, adv, ret, refl, vals)
         t1 = time.time()
         shuffle = host_rng(c.seed, SHUFFLE_RNG, it)
         acc: dict[str, list] = {}

@@ -98,7 +98,7 @@ class ScoreTrainer(loop.AgentTrainer):
     def kl_matrix(self, eps, rows, old, ref):
         return self._per_turn(eps, [o - r for o, r in zip(old, ref)])
 
-    def attach(self, eps, rows, adv, ret, old, ref, values) -> None:
+    def attach(self, eps, rows, adv, ret, ref, values) -> None:
         k = 0
         for i, ep in enumerate(eps):
             for t in range(len(ep.turns)):

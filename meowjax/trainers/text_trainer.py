@@ -113,7 +113,7 @@ class TextTrainer(loop.AgentTrainer):
         return np.stack([np.pad((o - f) * r["loss_mask"], (0, n - len(o)))
                          for o, f, r in zip(old, ref, rows)]).astype(np.float32)
 
-    def attach(self, eps, rows, adv, ret, old, ref, values) -> None:
+    def attach(self, eps, rows, adv, ret, ref, values) -> None:
         for i, row in enumerate(rows):
             n = len(row["tokens"])
             row.update(adv=adv[i, :n].astype(np.float32), ret=ret[i, :n].astype(np.float32),
