@@ -40,6 +40,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.name = "base"
 
     # Environment and game sets. Difficulty names follow w{world}-o{objects}-q{quest}.
+    # The RL pool: num_train games of the training difficulty + num_train_hard of the harder one.
     c.env = ml_collections.ConfigDict(dict(
         family="textworld", reward_mode="sparse", invalid_action_penalty=0.0, compact=True,
         num_workers=2, step_timeout_s=30.0))
@@ -47,7 +48,7 @@ def base_config() -> ml_collections.ConfigDict:
         cache_dir="data/games", kind="custom", world_size=2, nb_objects=3, quest_length=4,
         level=1, num_train=100, num_sft=60, num_eval=40, eval_split="test",
         hard_world_size=3, hard_nb_objects=5, hard_quest_length=6, num_eval_hard=40,
-        gen_workers=2))
+        num_train_hard=0, gen_workers=2))
     # Turn budgets. budget_mix: if non-empty, each training episode's budget is drawn from it.
     c.turns = ml_collections.ConfigDict(dict(max_turns=12, budget_mix=(), eval_max_turns=12))
 

@@ -64,12 +64,18 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
     """train / sft / eval (held-out, training difficulty) / eval_hard, disjoint seed ranges.
 
     Held-out games come from ``games.eval_split``: "test" for reported numbers, "valid" while
-    tuning (never tune on the test seeds).
+    tuning (never tune on the test seeds). The RL pool ("train") is ``num_train`` games of the
+    training difficulty plus ``num_train_hard`` of the harder one, from the train seed range
+    (disjoint from every held-out game).
     """
     g = c.games
     if c.env.family != "textworld":
+        if g.num_train_hard:
+            raise ValueError(f"games.num_train_hard={g.num_train_hard} is for TextWorld games; "
+                             f"env.family={c.env.family!r} has no harder RL pool: set it to 0.")
         return _other_family_sets(c)
     wanted = {"train": _spec(c, "train", g.num_train, False),
+              "train_hard": _spec(c, "train", g.num_train_hard, True),
               "sft": _spec(c, "sft", g.num_sft, False),
               "eval": _spec(c, g.eval_split, g.num_eval, False),
               "eval_hard": _spec(c, g.eval_split, g.num_eval_hard, True)}
@@ -80,6 +86,7 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
             continue
         out[name] = textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
         logging.info("games %s: %d x %s (%s)", name, len(out[name]), spec.name, spec.split)
+    out["train"] = out["train"] + out.pop("train_hard")
     return out
 
 

@@ -110,6 +110,7 @@ def eval_config(c: ml_collections.ConfigDict, **model: Any) -> ml_collections.Co
     c.budget.sft_share = 0.0
     c.games.num_sft = 0
     c.games.num_train = 0
+    c.games.num_train_hard = 0
     for k, v in model.items():
         c.model[k] = v
     if model:
