@@ -34,6 +34,8 @@ class ModelConfig:
       arch: "llama" or "qwen2" (decides the exported Hugging Face architecture).
       bos_token_id, eos_token_id, pad_token_id: special token ids (-1 when unknown).
       remat: rematerialise each decoder block in the backward pass (saves activation memory).
+      scan_unroll: decoder blocks per iteration of the layer scan (``nn.scan(unroll=...)``);
+        unrolling a shallow model lets XLA fuse across blocks (same params, same math).
     """
 
     vocab_size: int
@@ -55,6 +57,7 @@ class ModelConfig:
     eos_token_id: int = -1
     pad_token_id: int = -1
     remat: bool = False
+    scan_unroll: int = 1
 
     def __post_init__(self) -> None:
         if self.arch not in SUPPORTED_ARCHS:
@@ -68,6 +71,8 @@ class ModelConfig:
             raise ValueError(
                 f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}."
             )
+        if self.scan_unroll < 1:
+            raise ValueError(f"scan_unroll={self.scan_unroll} must be >= 1 (1: no unrolling).")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE.")
 

@@ -182,6 +182,7 @@ class Trunk(nn.Module):
         stack = nn.scan(
             block, variable_axes={"params": 0}, split_rngs={"params": True},
             in_axes=(nn.broadcast, nn.broadcast, nn.broadcast), length=cfg.num_layers,
+            unroll=min(cfg.scan_unroll, cfg.num_layers),
         )
         (x, kv, _), _ = stack(cfg, name="layers")(
             (x, kv, jnp.zeros((), jnp.int32)), positions_BL, mask_BLS, index
