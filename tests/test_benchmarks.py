@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import aot, rollout, train_step
+from benchmarks import aot, rollout, score_step, train_step
 from meowjax.models import config as config_lib
 
 
@@ -22,6 +22,16 @@ def test_train_step_tiny_matches_torch_loss_and_writes_table(tmp_path, capsys):
     assert "ratio" in capsys.readouterr().out
     table = results_md.read_text()
     assert "| preset | params | B x L |" in table and "| tiny | 0.1M | 2 x 16 | float32 |" in table
+
+
+def test_score_step_rolled_and_unrolled_compute_the_same_loss(tmp_path):
+    results_md = tmp_path / "RESULTS.md"
+    (res,) = score_step.main(["--rows=4", "--lengths=256", "--repeats=1",
+                              f"--results={results_md}"])
+    # Same params, same packed batch: the unrolled scan is the same function.
+    np.testing.assert_allclose(res["loss"]["unrolled"], res["loss"]["reference"], rtol=1e-5)
+    assert res["layers"] == 3 and min(res["seconds"].values()) > 0
+    assert "| 4 x 256 | 3 |" in results_md.read_text()
 
 
 def test_make_batch_fields_match_the_pg_step_contract():

@@ -77,7 +77,7 @@ def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games
 
 
 @pytest.mark.slow
-def test_run_report_pairs_the_same_games_before_and_after_rl(trained):
+def test_run_report_pairs_the_same_games_before_and_after_rl(trained, tiny_games_dir):
     """The training run's own report: the paired RL-gain row is computed from the per-game
     outcomes both evaluations recorded (same task ids), not from the two rates alone."""
     results = json.load(open(os.path.join(trained, "results.json")))
@@ -93,6 +93,9 @@ def test_run_report_pairs_the_same_games_before_and_after_rl(trained):
     assert row["gain"] == pytest.approx(final["success"] - start["success"]) == pytest.approx(gain)
     assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low), pytest.approx(high))
     assert row["games_gained"] == sum(a and not b for a, b in zip(after, before))
+    g = cell_config(tiny_games_dir).games   # the run section names the RL pool
+    pool = f"iterations) on {g.num_train} w{g.world_size}-o{g.nb_objects}-q{g.quest_length} training games"
+    assert pool in open(os.path.join(trained, "report.md")).read()
 
 
 @pytest.mark.slow

@@ -51,7 +51,8 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         report.TextSection("Run", (
             f"config `{c.name}`, estimator `{c.rl.estimator}`, interface `{c.policy.interface}`, "
             f"model preset `{c.model.preset}`; SFT demonstrations {out['plan']['sft_demos']}, "
-            f"RL episodes {out['plan']['rl_episodes']} ({out['rl_iters']} iterations); "
+            f"RL episodes {out['plan']['rl_episodes']} ({out['rl_iters']} iterations) on "
+            f"{_rl_pool(c)}; "
             f"wall time {seconds / 60:.1f} min. Greedy evaluation, one episode per game, "
             f"turn budget {c.turns.eval_max_turns}.")),
         report.SuccessTable("Success on held-out games (95% Wilson intervals)", rows),
@@ -69,6 +70,18 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         sections.append(report.LearningCurves("Training success rate (rollouts)", curves))
     path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
     return str(path)
+
+
+def _rl_pool(c: ml_collections.ConfigDict) -> str:
+    """The RL task pool in words (TextWorld: the difficulty mix of ``games.num_train[_hard]``)."""
+    g = c.games
+    if c.env.family != "textworld":
+        return f"{g.num_train} {c.env.family} training tasks"
+    pool = f"{g.num_train} w{g.world_size}-o{g.nb_objects}-q{g.quest_length}"
+    if g.num_train_hard:
+        pool += (f" + {g.num_train_hard} w{g.hard_world_size}-o{g.hard_nb_objects}-"
+                 f"q{g.hard_quest_length}")
+    return pool + " training games"
 
 
 def _learning_curve(workdir: str):

@@ -1,0 +1,116 @@
+"""The default run's update step (admissible-command scoring interface): rolled vs unrolled scan.
+
+One SFT update of ``meowjax.trainers.score_steps.make_sft_step`` (packed prompt + candidates,
+candidate cross-entropy + the auxiliary prompt LM loss, AdamW) on the default run's model
+(``configs/default.py``: 3 layers, width 128) and random packed turns shaped like the default
+run's (a prompt of about half the row, then the candidate commands, 2-6 tokens each). The reference is
+``scan_unroll=1`` (a rolled ``nn.scan`` over layers), the variant ``scan_unroll=num_layers``;
+both are timed interleaved (ref, variant, ref, ...) in this process, same params, same batch,
+and the first-step losses are printed so the reader can see they compute the same thing.
+
+    python -m benchmarks.score_step                 # appends a table to benchmarks/RESULTS.md
+    python -m benchmarks.score_step --repeats=3 --results=''
+
+Speed is never asserted: this prints ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks.train_step import machine_line, time_best
+from configs import default
+from meowjax.models import config as config_lib
+from meowjax.models import lm
+from meowjax.rollout import buckets, scoring
+from meowjax.trainers import optim, score_steps
+
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+
+
+def packed_batch(vocab: int, rows: int, length: int, max_cands: int, seed: int = 0) -> dict:
+    """``rows`` random turns packed into [rows, length]: a prompt of 45-55% of ``length`` and
+    ``length // 16`` candidates of 2-6 tokens (at most 92.5% of ``length`` in all)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rows):
+        prompt = rng.integers(3, vocab, int(rng.integers(length * 45, length * 55) // 100))
+        n = min(length // 16, max_cands)
+        cands = [rng.integers(3, vocab, int(rng.integers(2, 7))).tolist() for _ in range(n)]
+        row = scoring.pack_turn(prompt.tolist(), cands, max_cands)
+        row["chosen"] = np.int32(rng.integers(0, n))
+        out.append(row)
+    return buckets.pack_rows(out, length_buckets=(length,), num_rows=rows,
+                             pad_values={"cand": max_cands})
+
+
+def compare(rows: int, length: int, repeats: int) -> dict:
+    c = default.get_config()
+    cfg = config_lib.get_preset(c.model.preset, vocab_size=c.model.vocab_size, pad_token_id=0,
+                                eos_token_id=2, **dict(c.model.overrides))
+    params = lm.init_params(cfg, jax.random.key(0))
+    batch = jax.tree.map(jnp.asarray, packed_batch(cfg.vocab_size, rows, length, c.policy.max_cands))
+    opt = optim.make_optimizer(1e-3, warmup_steps=1, total_steps=100, grad_clip=1.0)
+    variants = {"reference": 1, "unrolled": cfg.num_layers}
+    runs, seconds, loss = {}, {}, {}
+    for name, unroll in variants.items():
+        step = score_steps.make_sft_step(cfg.replace(scan_unroll=unroll), opt,
+                                         max_cands=c.policy.max_cands, norm=c.policy.score_norm,
+                                         lm_coef=c.sft.lm_coef)
+        holder = {"state": optim.TrainState(step=jnp.int32(0), params=jax.tree.map(jnp.copy, params),
+                                            opt_state=opt.init(params), value_params={},
+                                            value_opt_state={})}
+
+        def run(step=step, holder=holder):
+            holder["state"], metrics = step(holder["state"], batch)
+            return metrics
+
+        loss[name] = float(run()["sft/loss"])   # compiles
+        runs[name], seconds[name] = run, float("inf")
+    for _ in range(repeats):
+        for name, run in runs.items():
+            seconds[name] = min(seconds[name], time_best(run, 1, jax.block_until_ready,
+                                                         warmup=False))
+    speedup = seconds["reference"] / seconds["unrolled"]
+    print(f"score SFT step B={rows} L={length} layers={cfg.num_layers} | scan_unroll=1 "
+          f"{seconds['reference'] * 1e3:.1f} ms | scan_unroll={cfg.num_layers} "
+          f"{seconds['unrolled'] * 1e3:.1f} ms | speedup {speedup:.2f}x | first loss "
+          f"{loss['reference']:.6f} / {loss['unrolled']:.6f}", flush=True)
+    return dict(rows=rows, length=length, layers=cfg.num_layers, seconds=seconds, loss=loss,
+                speedup=speedup)
+
+
+def table(results: list[dict]) -> str:
+    lines = ["\n### Score-interface SFT update: rolled vs unrolled layer scan "
+             "(`benchmarks/score_step.py`)", "", f"Machine: {machine_line()}.", "",
+             "| B x L | layers | scan_unroll=1 ms/update | unrolled ms/update | speedup | "
+             "first loss rolled / unrolled |", "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['rows']} x {r['length']} | {r['layers']} | "
+                     f"{r['seconds']['reference'] * 1e3:.1f} | {r['seconds']['unrolled'] * 1e3:.1f} "
+                     f"| {r['speedup']:.2f}x | {r['loss']['reference']:.6f} / "
+                     f"{r['loss']['unrolled']:.6f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--lengths", default="320,448")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--results", default=DEFAULT_RESULTS)
+    args = parser.parse_args(argv)
+    print(machine_line(), flush=True)
+    results = [compare(args.rows, int(L), args.repeats) for L in args.lengths.split(",")]
+    if args.results:
+        with open(args.results, "a", encoding="utf-8") as f:
+            f.write(table(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()
