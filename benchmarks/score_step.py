@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.train_step import machine_line, time_best
+from benchmarks.train_step import machine_line, time_interleaved
 from configs import default
 from meowjax.models import config as config_lib
 from meowjax.models import lm
@@ -56,7 +56,7 @@ def compare(rows: int, length: int, repeats: int) -> dict:
     batch = jax.tree.map(jnp.asarray, packed_batch(cfg.vocab_size, rows, length, c.policy.max_cands))
     opt = optim.make_optimizer(1e-3, warmup_steps=1, total_steps=100, grad_clip=1.0)
     variants = {"reference": 1, "unrolled": cfg.num_layers}
-    runs, seconds, loss = {}, {}, {}
+    runs, loss = {}, {}
     for name, unroll in variants.items():
         step = score_steps.make_sft_step(cfg.replace(scan_unroll=unroll), opt,
                                          max_cands=c.policy.max_cands, norm=c.policy.score_norm,
@@ -70,11 +70,8 @@ def compare(rows: int, length: int, repeats: int) -> dict:
             return metrics
 
         loss[name] = float(run()["sft/loss"])   # compiles
-        runs[name], seconds[name] = run, float("inf")
-    for _ in range(repeats):
-        for name, run in runs.items():
-            seconds[name] = min(seconds[name], time_best(run, 1, jax.block_until_ready,
-                                                         warmup=False))
+        runs[name] = run
+    seconds = time_interleaved(runs, repeats)
     speedup = seconds["reference"] / seconds["unrolled"]
     print(f"score SFT step B={rows} L={length} layers={cfg.num_layers} | scan_unroll=1 "
           f"{seconds['reference'] * 1e3:.1f} ms | scan_unroll={cfg.num_layers} "

@@ -79,6 +79,17 @@ def time_best(fn: Callable[[], object], repeats: int, sync: Callable[[object], o
     return best
 
 
+def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Best seconds per variant over ``repeats`` rounds of one call each, interleaved (a, b, a,
+    b, ...) so machine load hits every variant alike. The runs must already be compiled."""
+    seconds = {name: float("inf") for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            seconds[name] = min(seconds[name], time_best(run, 1, jax.block_until_ready,
+                                                         warmup=False))
+    return seconds
+
+
 def matmul_peak(n: int = 2048, dtype: str = "float32", repeats: int = 5) -> float:
     """Measured FLOP/s of an n x n @ n x n matmul in jnp: 2 n^3 / best time."""
     a = jax.random.normal(jax.random.key(1), (n, n), jnp.dtype(dtype))
@@ -275,7 +286,7 @@ def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtyp
     cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
-    runs, seconds, temp, loss = {}, {}, {}, {}
+    runs, temp, loss = {}, {}, {}
     for variant in ("reference", "current"):
         step, state, dev_batch = compiled_pg_step(cfg, jax.tree.map(jnp.copy, params), batch_np,
                                                   variant)
@@ -287,11 +298,8 @@ def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtyp
             return metrics
 
         loss[variant] = float(run()["pg/policy_loss"])
-        runs[variant], seconds[variant] = run, float("inf")
-    for _ in range(repeats):
-        for variant, run in runs.items():
-            seconds[variant] = min(seconds[variant],
-                                   time_best(run, 1, jax.block_until_ready, warmup=False))
+        runs[variant] = run
+    seconds = time_interleaved(runs, repeats)
     res = VariantResult(preset, batch, length, dtype, seconds, temp, loss)
     print(f"{preset} token_terms B={batch} L={length} {dtype} | reference "
           f"{seconds['reference']:.3f} s, temp {temp['reference'] / 2**20:.0f} MiB | current "

@@ -60,6 +60,11 @@ def _spec(c, split: str, num: int, hard: bool) -> textworld_games.GameSetSpec:
                                        split=split, num_games=num, level=g.level)
 
 
+def difficulty_name(c: ml_collections.ConfigDict, hard: bool) -> str:
+    """The TextWorld game-set name of the training (or harder) difficulty, e.g. "w2-o3-q4"."""
+    return _spec(c, "train", 0, hard).name
+
+
 def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
     """train / sft / eval (held-out, training difficulty) / eval_hard, disjoint seed ranges.
 

@@ -12,6 +12,7 @@ import numpy as np
 from absl import logging
 
 from meowjax.eval import passk, report
+from meowjax.trainers import data
 
 INTERFACES = ("score", "generate")
 
@@ -31,9 +32,8 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
     with open(os.path.join(workdir, "evals.json"), "w", encoding="utf-8") as f:
         json.dump(report._jsonable(evals), f, indent=1)
     rows = []
-    g = c.games
-    names = {"eval": f"w{g.world_size}-o{g.nb_objects}-q{g.quest_length} held-out",
-             "eval_hard": f"w{g.hard_world_size}-o{g.hard_nb_objects}-q{g.hard_quest_length} harder"}
+    names = {"eval": f"{data.difficulty_name(c, False)} held-out",
+             "eval_hard": f"{data.difficulty_name(c, True)} harder"}
     for split in ("eval", "eval_hard"):
         for tag, label in (("start", "starting policy (after SFT)"), ("final", "after RL")):
             e = evals.get(tag, {}).get(split)
@@ -77,10 +77,9 @@ def _rl_pool(c: ml_collections.ConfigDict) -> str:
     g = c.games
     if c.env.family != "textworld":
         return f"{g.num_train} {c.env.family} training tasks"
-    pool = f"{g.num_train} w{g.world_size}-o{g.nb_objects}-q{g.quest_length}"
+    pool = f"{g.num_train} {data.difficulty_name(c, False)}"
     if g.num_train_hard:
-        pool += (f" + {g.num_train_hard} w{g.hard_world_size}-o{g.hard_nb_objects}-"
-                 f"q{g.hard_quest_length}")
+        pool += f" + {g.num_train_hard} {data.difficulty_name(c, True)}"
     return pool + " training games"
 
 
