@@ -12,8 +12,8 @@ sampled episodes) on held-out test games of the training difficulty and of a har
 from configs import common
 
 # A ~0.6M-parameter decoder (plus a 1024 x 128 tied embedding): what 2 CPU cores can train on
-# ~300-token rows in minutes. scan_unroll=3 (all layers in one scan step): 1.11-1.16x faster
-# update steps (benchmarks/score_step.py), same math.
+# ~300-token rows in minutes. scan_unroll=3 (all layers in one scan step): 1.10-1.11x faster
+# update steps (benchmarks/score_step.py, RESULTS.md), same math.
 MINI = dict(hidden_size=128, intermediate_size=384, num_layers=3, num_heads=4, num_kv_heads=2,
             head_dim=32, scan_unroll=3)
 
@@ -50,8 +50,8 @@ def get_config(arg=None):
     # get a signal. Estimator rloo (leave-one-out group baseline, no critic) for 40 iterations:
     # on 80 validation games per difficulty, same SFT policy (0.675 / 0.225), rloo 40 iterations
     # -> 0.775 / 0.325 (paired +0.10 [0.018, 0.183] / +0.10 [0.010, 0.189]); PPO with a critic
-    # (gae, gamma = lambda = 1) 20 iterations, about the same time -> 0.662 / 0.388; gae at lr 1e-3
-    # -> 0.70 / 0.375; gae with 64 harder games in the RL pool -> 0.688 / 0.40.
+    # (gae, gamma = lambda = 1) 20 iterations -> 0.662 / 0.388; gae at lr 1e-3 -> 0.70 / 0.375;
+    # gae with 64 harder games in the RL pool -> 0.688 / 0.40.
     c.env.reward_mode = "process"
     c.rl.update(dict(estimator="rloo", epochs=1, minibatch_rows=32, lr=3e-4, warmup_steps=2,
                      kl_coef=0.01, kl_kind="k3", kl_in_loss=True))
