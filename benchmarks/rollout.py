@@ -189,11 +189,13 @@ def smoke_run(workdir: str, config_arg: str = "smoke=True") -> dict[str, Any]:
 
     base.setup_steps = setup_steps
     batches: list[tuple[int, int, int, int]] = []
+    row_lengths: list[list[int]] = []  # real rows' token counts, per update batch
     original_eff = buckets.padding_efficiency
 
     def padding_efficiency(batch):
         real = batch["mask"] * (batch["row_weight"][:, None] > 0)
         batches.append((*real.shape, int((batch["row_weight"] > 0).sum()), int(real.sum())))
+        row_lengths.append([int(n) for n in real.sum(axis=1) if n > 0])
         return original_eff(batch)
 
     buckets.padding_efficiency = padding_efficiency
@@ -208,6 +210,8 @@ def smoke_run(workdir: str, config_arg: str = "smoke=True") -> dict[str, Any]:
             setattr(pool_lib.EnvPool, m, fn)
     wall = time.perf_counter() - start
     own, children = peak_memory_mib()
+    with open(os.path.join(workdir, "update_row_lengths.json"), "w", encoding="utf-8") as f:
+        json.dump(row_lengths, f)  # for offline what-if bucketing (benchmarks/padding.py)
     return {"wall_s": wall, "timers": dict(timers.seconds), "calls": dict(timers.calls),
             "compiles": dict(compiles.by_fn),
             "signatures": {k: len(v) for k, v in compiles.signatures.items()},

@@ -54,8 +54,8 @@ def _best_time(fn, repeats: int) -> float:
 
 
 def bench_folder(folder: str, name: str, batch: int, prompt_len: int, new_tokens: int,
-                 repeats: int) -> float:
-    """Prints and returns ours/transformers tokens-per-second for one HF checkpoint folder."""
+                 repeats: int) -> dict:
+    """Prints and returns ours vs transformers tokens-per-second for one HF checkpoint folder."""
     cfg, params = hf_io.load_hf_checkpoint(folder, dtype="float32")
     rng = np.random.default_rng(0)
     prompts = rng.integers(3, cfg.vocab_size, size=(batch, prompt_len)).astype(np.int32)
@@ -87,7 +87,27 @@ def bench_folder(folder: str, name: str, batch: int, prompt_len: int, new_tokens
     print(f"{name}: batch={batch} prompt={prompt_len} new={new_tokens} | meowjax "
           f"{n / t_ours:9.1f} tok/s | transformers {n / t_theirs:9.1f} tok/s | "
           f"ratio {ratio:.2f}x | greedy tokens agree {agree:.1%}")
-    return ratio
+    return {"name": name, "params": sum(x.size for x in jax.tree.leaves(params)), "batch": batch,
+            "prompt_len": prompt_len, "new_tokens": new_tokens, "ours": n / t_ours,
+            "theirs": n / t_theirs, "ratio": ratio, "agree": float(agree)}
+
+
+def generate_table(results: list[dict], note: str = "") -> str:
+    """The section appended to RESULTS.md by a plain (non --prefill_compare) run."""
+    dev = jax.devices()[0]
+    lines = [f"\n### Sampler vs transformers `generate` (`benchmarks/sampler.py`) {note}".rstrip(),
+             "", f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} "
+             f"on {dev.platform} ({dev.device_kind}), torch {torch.__version__} "
+             f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, "
+             f"{datetime.date.today().isoformat()}. fp32, greedy, KV cache on both sides, no "
+             "early stop; best of the repeats, each side warmed up first.", "",
+             "| model | params | B x prompt | new tokens | meowjax tok/s | generate tok/s | ratio "
+             "| greedy tokens agree |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['name']} | {r['params'] / 1e6:.1f}M | {r['batch']} x "
+                     f"{r['prompt_len']} | {r['new_tokens']} | {r['ours']:.1f} | "
+                     f"{r['theirs']:.1f} | {r['ratio']:.2f}x | {r['agree']:.1%} |")
+    return "\n".join(lines) + "\n"
 
 
 def prefill_compare(preset: str, batch: int, prompt_len: int, new_tokens: int, repeats: int
@@ -184,16 +204,21 @@ def main() -> None:
                repeats=args.repeats)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads)")
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
         cfg = config_lib.get_preset("tiny")
         hf_io.save_hf_checkpoint(tmp, cfg, lm.init_params(cfg, jax.random.key(0)))
-        bench_folder(tmp, "tiny", **run)
+        results.append(bench_folder(tmp, "tiny (random)", **run))
     if args.smollm2:
         from meowjax.models import gguf_io
 
-        bench_folder(str(gguf_io.smollm2_hf_folder()), "smollm2-135m", **run)
+        results.append(bench_folder(str(gguf_io.smollm2_hf_folder()), "SmolLM2-135M-Instruct",
+                                    **run))
     if args.hf_folder:
-        bench_folder(args.hf_folder, args.hf_folder, **run)
+        results.append(bench_folder(args.hf_folder, args.hf_folder, **run))
+    if args.results:
+        with open(args.results, "a", encoding="utf-8") as f:
+            f.write(generate_table(results, args.note))
 
 
 if __name__ == "__main__":

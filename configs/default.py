@@ -43,8 +43,13 @@ def get_config(arg=None):
     # lm_coef: the auxiliary next-token loss on the prompt (objective + observations).
     # lr 3e-3: 50% on the validation games after SFT of 120 games (1e-3: 35%, 6e-3: 45%).
     c.sft.update(dict(epochs=2, batch_rows=16, lr=3e-3, augment_copies=2, lm_coef=1.0))
+    # Length buckets fitted to the rows of this run (turn rows of 174-446 tokens, median 251,
+    # 90% <= 302: the RL update rows of a session-7 run): with 32-token steps where most rows lie,
+    # 82.4% of the update's slots hold real tokens vs 78.2% with (256, 320, 384, 448, 512, 768),
+    # 86.8% with the update's partial minibatch padded to a multiple of 8 rows
+    # (benchmarks/padding.py, RESULTS.md).
     c.rollout.update(dict(tasks_per_iter=8, group_size=4,
-                          length_buckets=(256, 320, 384, 448, 512, 768)))
+                          length_buckets=(224, 256, 288, 320, 384, 448, 512, 768)))
     # Process reward (expert-plan progress, potential-based): undoing progress (closing what was
     # just opened, dropping a needed key) is penalised, so the looping errors of the SFT policy
     # get a signal. Estimator rloo (leave-one-out group baseline, no critic) for 40 iterations:

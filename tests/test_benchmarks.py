@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import aot, rollout, score_step, train_step
+from benchmarks import aot, padding, rollout, score_step, train_step
 from meowjax.models import config as config_lib
 
 
@@ -102,6 +102,34 @@ def test_padding_breakdown_splits_row_and_length_padding():
     assert p["efficiency"] == pytest.approx(25 / 50)
     assert p["row_padding"] == pytest.approx(10 / 50)
     assert p["length_padding"] == pytest.approx(15 / 50)
+
+
+def test_padding_whatif_splits_iterations_and_counts_slots(tmp_path):
+    # Two iterations of 4 episodes, minibatches of 4 rows, buckets (10, 20):
+    #   iteration 1: 6 rows (1.5 turns per episode) -> 2 recorded batches;
+    #   iteration 2: 4 rows (1.0) -> 1 batch.
+    lengths = [[5, 6, 12, 15], [18, 9], [7, 8, 9, 10]]
+    (tmp_path / "update_row_lengths.json").write_text(json.dumps(lengths))
+    recs = [{"step": 1, "sft/loss": 1.0}, {"step": 2, "rollout/episode_turns": 1.5},
+            {"step": 3, "rollout/episode_turns": 1.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    its = padding.iterations(str(tmp_path), 4, 4)
+    assert its == [[5, 6, 12, 15, 18, 9], [7, 8, 9, 10]]
+    # before: [5 6 9 12 | 15 18] -> 4 x 20 + 4 x 20 slots; current: [5 6 | 9 12 15 18] ->
+    # 4 x 10 + 4 x 20; iteration 2: 4 x 10 either way. Real tokens 65 + 34 = 99.
+    before = padding.evaluate(its, 4, (10, 20), "before")
+    current = padding.evaluate(its, 4, (10, 20), "current")
+    assert (before["slots"], current["slots"]) == (200, 160)
+    assert before["efficiency"] == pytest.approx(99 / 200)
+    assert current["efficiency"] == pytest.approx(99 / 160)
+    assert current["row_padding"] == pytest.approx(2 * 10 / 160)
+    assert before["shapes"] == current["shapes"] == 2
+    out = padding.main([f"--workdir={tmp_path}", "--minibatch_rows=4", "--episodes_per_iter=4",
+                        "--buckets=10,20", f"--results={tmp_path / 'R.md'}"])
+    assert "| current | 10,20 | 61.9% |" in out
+    (tmp_path / "update_row_lengths.json").write_text(json.dumps(lengths[:2]))
+    with pytest.raises(ValueError, match="same run"):
+        padding.iterations(str(tmp_path), 4, 4)
 
 
 def test_rollout_rejects_missing_or_rl_free_metrics(tmp_path):

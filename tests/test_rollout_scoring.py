@@ -1,6 +1,9 @@
 """Packed admissible-command scoring equals scoring each candidate alone; bucketing; tokenizer."""
+import itertools
+
 import jax
 import jax.numpy as jnp
+
 import numpy as np
 import pytest
 
@@ -133,9 +136,51 @@ def test_row_bucket_and_length_grouped_minibatches():
     waste = lambda cs: sum(len(c) * lengths[c].max() - lengths[c].sum() for c in cs)
     random_chunks = [np.arange(100)[i:i + 16] for i in range(0, 100, 16)]
     assert waste(chunks) < 0.2 * waste(random_chunks)
-    # Without an rng: deterministic, sorted order.
+    # Without an rng: deterministic, sorted order; the partial chunk holds the shortest rows.
     det = buckets.length_grouped_minibatches([3, 1, 2], 2)
-    assert [c.tolist() for c in det] == [[1, 2], [0]]
+    assert [c.tolist() for c in det] == [[1], [2, 0]]
+
+
+def _min_slots_brute_force(lengths, size, bucket_list):
+    """Smallest padded slots over every cut of the sorted rows into ceil(n/size) chunks."""
+    ends = sorted(buckets.choose_bucket(int(x), bucket_list) for x in lengths)
+    n, m = len(ends), -(-len(ends) // size)
+    best = None
+    for inner in itertools.combinations(range(1, n), m - 1):
+        cuts = [0, *inner, n]
+        if all(1 <= b - a <= size for a, b in zip(cuts[:-1], cuts[1:])):
+            slots = sum(size * ends[b - 1] for b in cuts[1:])
+            best = slots if best is None else min(best, slots)
+    return best
+
+
+def test_row_multiple_pads_only_to_the_next_step():
+    assert [buckets.row_multiple(n, 32, 8) for n in (1, 8, 9, 24, 25, 32)] == [8, 8, 16, 24, 32, 32]
+    assert buckets.row_multiple(5, 6, 4) == 6  # capped at max_rows
+    with pytest.raises(ValueError, match="do not fit"):
+        buckets.row_multiple(33, 32, 8)
+
+
+def test_length_grouped_minibatches_pad_the_fewest_slots():
+    # Against every cut of the sorted rows into ceil(n / size) chunks of <= size rows.
+    bucket_list = (256, 320, 384, 448, 512, 768)
+    rng = np.random.default_rng(3)
+    for _ in range(150):
+        n, size = int(rng.integers(1, 13)), int(rng.integers(1, 6))
+        lengths = rng.integers(200, 769, n)
+        chunks = buckets.length_grouped_minibatches(lengths, size, rng)
+        assert sorted(np.concatenate(chunks).tolist()) == list(range(n))
+        assert len(chunks) == -(-n // size) and all(1 <= len(c) <= size for c in chunks)
+        slots = sum(size * buckets.choose_bucket(int(lengths[c].max()), bucket_list)
+                    for c in chunks)
+        assert slots == _min_slots_brute_force(lengths, size, bucket_list)
+    # 3 rows <= 256 and 4 longer rows, chunks of 4: the partial chunk at the long end (the cut
+    # up to session 6) pads 4 x (320 + 320) slots; at the short end, 4 x (256 + 320).
+    lengths = [250] * 3 + [300] * 4
+    best = buckets.length_grouped_minibatches(lengths, 4)
+    cost = lambda cs: sum(4 * buckets.choose_bucket(max(lengths[i] for i in c), bucket_list)
+                          for c in cs)
+    assert cost(best) == 4 * 576 < cost([np.arange(4), np.arange(4, 7)]) == 4 * 640
 
 
 def test_prompt_builder_window_and_history(tmp_path):

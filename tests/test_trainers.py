@@ -35,7 +35,7 @@ def _leaves_differ(a, b):
 @pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["rloo", "grpo", "gae"])
 def test_score_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
-    c = tiny_config(tiny_games_dir, estimator=estimator, minibatch_rows=8)
+    c = tiny_config(tiny_games_dir, estimator=estimator, minibatch_rows=16)
     trainer = ScoreTrainer(c, str(tmp_path))
     out = trainer.run()
     assert out["rl_iters"] == 2 and out["sft_rows"] > 0
@@ -48,11 +48,13 @@ def test_score_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
     # One compile per (function, shape): every shape seen compiled exactly once.
     assert trainer.pg_step._cache_size() == len(trainer.shapes_seen["pg"])
     assert trainer.sft_step._cache_size() == len(trainer.shapes_seen["sft"])
-    # Update steps run on a fixed row count (only the length varies): compiles = length buckets.
+    # SFT steps run on a fixed row count (only the length varies): compiles = length buckets.
     assert {s[0] for s in trainer.shapes_seen["sft"]} == {c.sft.batch_rows}
-    assert {s[0] for s in trainer.shapes_seen["pg"]} == {c.rl.minibatch_rows}
-    # The pre-update pass (reference log-probs for the KL, values for the critic) too.
-    assert {s[0] for s in trainer.shapes_seen["old"]} == {c.rl.minibatch_rows}
+    # RL update chunks (<= 16 rows here: 4 episodes of <= 4 turns) are padded to a multiple of 8
+    # rows, the pre-update pass (reference log-probs for the KL, values for the critic) alike.
+    assert [trainer.update_batch_rows(n) for n in (1, 8, 9, 16)] == [8, 8, 16, 16]
+    assert {s[0] for s in trainer.shapes_seen["pg"]} <= {8, 16}
+    assert trainer.shapes_seen["old"] == trainer.shapes_seen["pg"]
     assert trainer.old_terms._cache_size() == len(trainer.shapes_seen["old"])
     for split in ("eval", "eval_hard"):
         assert 0.0 <= out["evals"]["final"][split]["success"] <= 1.0

@@ -88,18 +88,36 @@ def row_bucket(num: int, max_rows: int, min_rows: int = 4) -> int:
     return rows
 
 
+def row_multiple(num: int, max_rows: int, step: int) -> int:
+    """The row count a minibatch of ``num`` real rows is padded to: the smallest multiple of
+    ``step`` that holds them, capped at ``max_rows`` (so only the one partial minibatch of an
+    epoch, at the short end (``length_grouped_minibatches``), runs on a smaller shape)."""
+    if num > max_rows:
+        raise ValueError(f"{num} rows do not fit a batch of {max_rows}.")
+    return min(max_rows, step * -(-num // step))
+
+
 def length_grouped_minibatches(lengths: Sequence[int], size: int,
                                rng: np.random.Generator | None = None) -> list[np.ndarray]:
     """Index minibatches of at most ``size`` rows, each of similar lengths.
 
-    Rows are shuffled (so ties break randomly), stably sorted by length and cut into chunks; the
-    chunk order is shuffled. Every row appears exactly once. Each chunk is then padded only to
-    its own longest row's bucket, not to the longest row of the whole iteration.
+    Rows are shuffled (so ties break randomly), stably sorted by length and cut into
+    ``m = ceil(n / size)`` chunks, full ones from the long end, so the one partial chunk (padded
+    with weight-0 rows, which cost slots too) holds the shortest rows; the chunk order is
+    shuffled. Every row appears exactly once. Each chunk is padded only to its own longest row's
+    bucket, not to the longest row of the whole iteration.
+
+    This cut minimises the padded slots  S = size * sum_k bucket(longest row of chunk k)  over
+    every split of the sorted rows into m chunks of <= size rows: in any such split the k-th
+    chunk from the top ends at sorted position >= n - (k - 1) size (the k - 1 chunks above hold
+    at most (k - 1) size rows), and bucket() is non-decreasing in that position; this cut meets
+    every bound with equality.
     """
     n = len(lengths)
     order = rng.permutation(n) if rng is not None else np.arange(n)
     order = order[np.argsort(np.asarray(lengths)[order], kind="stable")]
-    chunks = [order[i:i + size] for i in range(0, n, size)]
+    cuts = [0] + list(range(n - size * ((n - 1) // size), n + 1, size)) if n else [0]
+    chunks = [order[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
     if rng is not None:
         chunks = [chunks[i] for i in rng.permutation(len(chunks))]
     return chunks

@@ -176,6 +176,14 @@ class AgentTrainer(abc.ABC):
         shards = placement.batch_shards(self.mesh)
         return shards * -(-4 // shards)
 
+    def update_batch_rows(self, num: int) -> int:
+        """Rows an RL update (or pre-update) chunk of ``num`` real rows is padded to: a multiple
+        of 2 x ``min_rows`` (8 on one device), at most ``rl.minibatch_rows``. Only an epoch's one
+        partial chunk (the shortest rows, ``buckets.length_grouped_minibatches``) is smaller than
+        ``rl.minibatch_rows``, so this adds a few small shapes and drops most weight-0 rows
+        (benchmarks/padding.py)."""
+        return buckets.row_multiple(num, self.c.rl.minibatch_rows, 2 * self.min_rows)
+
     # ----- state (placed on the mesh with self.shardings[phase].state) ----------------------
     def _new_state(self, params, rl: bool):
         vparams, vopt = {}, {}
@@ -275,9 +283,9 @@ class AgentTrainer(abc.ABC):
 
     def _old_terms(self, state, ref, rows):
         """Per-row (reference log-prob, value) before the update, zeros for a term the run does
-        not use (no KL: no reference forward; no critic: no value forward). Chunks always have
-        ``rl.minibatch_rows`` rows (weight-0 padding), so the pass compiles once per length
-        bucket, like the update."""
+        not use (no KL: no reference forward; no critic: no value forward). Chunks are cut and
+        padded like the update's (``update_batch_rows``), so the pass compiles once per shape
+        of the update."""
         c = self.c
         if not (self.needs_ref or self.spec.needs_critic):
             zero = lambda r: (np.zeros(len(r["tokens"]), np.float32)
@@ -287,7 +295,7 @@ class AgentTrainer(abc.ABC):
         refl, vals = [None] * len(rows), [None] * len(rows)
         for idx in buckets.length_grouped_minibatches([len(r["tokens"]) for r in rows], mb):
             chunk = [rows[j] for j in idx]
-            batch = self.place.batch(self.pack(chunk, mb, "old"))
+            batch = self.place.batch(self.pack(chunk, self.update_batch_rows(len(idx)), "old"))
             rl_, v = jax.device_get(self.old_terms(ref, state.value_params, batch))
             for k, (j, row) in enumerate(zip(idx, chunk)):
                 n = len(row["tokens"])
@@ -327,13 +335,14 @@ class AgentTrainer(abc.ABC):
         t1 = time.time()
         shuffle = host_rng(c.seed, SHUFFLE_RNG, it)
         acc: dict[str, list] = {}
-        eff = []
+        eff, slots = [], 0
         mb = c.rl.minibatch_rows
         lengths = [len(r["tokens"]) for r in rows]
         for _ in range(c.rl.epochs):
             for idx in buckets.length_grouped_minibatches(lengths, mb, shuffle):
-                batch = self.pack([rows[j] for j in idx], mb, "pg")  # fixed rows: see _sft
-                eff.append(buckets.padding_efficiency(batch))
+                batch = self.pack([rows[j] for j in idx], self.update_batch_rows(len(idx)), "pg")
+                eff.append(buckets.padding_efficiency(batch) * batch["mask"].size)  # real tokens
+                slots += batch["mask"].size
                 state, m = self.pg_step(state, self.place.batch(batch))
                 for k, v in m.items():
                     acc.setdefault(k, []).append(v)
@@ -351,7 +360,8 @@ class AgentTrainer(abc.ABC):
             "rollout/overflow_rate": float(np.mean([v["overflow"] for v in views])),
             "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
-            "perf/padding_efficiency": float(np.mean(eff)),
+            # real tokens / slots over all the iteration's update batches
+            "perf/padding_efficiency": float(sum(eff) / slots),
             "perf/turns_per_s": n_turns / max(t_roll, 1e-9)})
         return state, metrics
 
