@@ -38,5 +38,10 @@ setuptools.setup(
     python_requires=">=3.11,<3.13",
     packages=setuptools.find_packages(include=["meowjax", "meowjax.*"]),
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": TEST_REQUIRES},
+    extras_require={
+        "test": TEST_REQUIRES,
+        # The TPU compiler for ahead-of-time compiles on a topology description
+        # (`benchmarks/aot.py --plan=tpu`); no TPU is needed, libtpu is a PyPI wheel.
+        "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+    },
 )

@@ -8,11 +8,15 @@ No weights are allocated: parameters, optimizer state, batch and KV cache are
 
     per_device = arguments + outputs - aliased (donated) + temporaries (+ generated code)
 
-No TPU topology is available offline (libtpu is not installed), so the mesh is a simulated CPU
-mesh: each target runs in a subprocess with
-`XLA_FLAGS=--xla_force_host_platform_device_count=<mesh size>`. The CPU compiler's buffer
-assignment is an estimate of what a TPU/GPU compile would need (it may keep fp32 copies of bf16
-operands that an accelerator would not), not a guarantee.
+Two compilers:
+- `--topology=v5p:4x4x4` (or any libtpu topology name: `v5e:8x8`, `v4:2x2x4`, ...): the real TPU
+  compiler on a TPU topology description (`jax.experimental.topologies.get_topology_desc`), no
+  TPU needed, only the `libtpu` wheel (`pip install -e '.[tpu]'`). Its memory figures are what
+  that pod would allocate. The mesh must cover every chip of the topology.
+- otherwise a simulated CPU mesh: each target runs in a subprocess with
+  `XLA_FLAGS=--xla_force_host_platform_device_count=<mesh size>`. The CPU compiler's buffer
+  assignment is an estimate of what a TPU/GPU compile would need (it may keep fp32 copies of bf16
+  operands that an accelerator would not), not a guarantee.
 
 Targets (name = function:preset):
     update   the free-text PG step (forward + backward + AdamW, no critic) on [B, L] rows
@@ -20,6 +24,8 @@ Targets (name = function:preset):
     decode   `lm.decode_step` of one token per row through that cache
 
     python -m benchmarks.aot                       # the default plan (see PLAN) -> RESULTS.md
+    python -m benchmarks.aot --plan=tpu            # Qwen2.5 1.5B/7B on TPU v5p-128 and a
+                                                   # v5e-8 host (needs libtpu, no TPU)
     python -m benchmarks.aot --targets=update:tiny --mesh=fsdp=2,tensor=2 --batch=4 --length=32
 """
 from __future__ import annotations
@@ -53,6 +59,7 @@ class Target:
     dtype: str = "float32"  # compute and parameter dtype
     remat: bool = False
     token_terms: str = "current"  # update only: "reference" = pre-fusion token_terms
+    topology: str = ""   # libtpu topology name (TPU compiler); "" = simulated CPU devices
 
     @property
     def devices(self) -> int:
@@ -72,7 +79,52 @@ def _plan() -> list[Target]:
     return small + big
 
 
+def _tpu_plan() -> list[Target]:
+    """Qwen2.5 1.5B/7B on a 64-chip TPU v5p slice (v5p-128: 95 GiB HBM a chip) with the CPU
+    plan's shapes, 7B also at twice the rows per chip; and the update on one 8-chip TPU v5e host
+    (v5litepod-8: 16 GiB a chip), FSDP over all 8, through the TPU compiler."""
+    out = []
+    mesh = dict(fsdp=16, tensor=4, dtype="bfloat16", topology="v5p:4x4x4")
+    for preset in ("qwen2.5-1.5b", "qwen2.5-7b"):
+        out += [Target("update", preset, batch=32, length=1024, remat=True, **mesh),
+                Target("prefill", preset, batch=64, length=1024, **mesh),
+                Target("decode", preset, batch=64, length=1024, **mesh)]
+    out.append(Target("update", "qwen2.5-7b", batch=64, length=1024, remat=True, **mesh))
+    host = dict(fsdp=8, tensor=1, dtype="bfloat16", topology="v5e:2x4", remat=True)
+    out += [Target("update", p, batch=8, length=1024, **host)
+            for p in ("qwen2.5-1.5b", "qwen2.5-7b")]
+    return out
+
+
 PLAN = _plan()
+PLANS = {"cpu": PLAN, "tpu": _tpu_plan()}
+
+
+def target_devices(t: Target) -> list:
+    """The devices `t` compiles for: the chips of its TPU topology (all of them), or the first
+    `t.devices` devices of this process."""
+    import jax
+
+    if not t.topology:
+        if jax.device_count() < t.devices:
+            raise RuntimeError(
+                f"{t} needs {t.devices} devices but jax sees {jax.device_count()}; run it "
+                "through `python -m benchmarks.aot` (which sets XLA_FLAGS in a subprocess).")
+        return jax.devices()[: t.devices]
+    from jax.experimental import topologies
+
+    try:
+        topo = topologies.get_topology_desc(topology_name=t.topology, platform="tpu")
+    except Exception as e:  # no libtpu, or a name libtpu does not know
+        raise RuntimeError(
+            f"no TPU topology {t.topology!r} ({type(e).__name__}: {str(e)[:200]}); it needs the "
+            "libtpu wheel (`pip install -e '.[tpu]'`) and a name such as v5p:4x4x4 or "
+            "v5e:8x8.") from e
+    if len(topo.devices) != t.devices:
+        raise ValueError(
+            f"topology {t.topology} has {len(topo.devices)} chips but the mesh fsdp={t.fsdp} x "
+            f"tensor={t.tensor} covers {t.devices}; make fsdp x tensor = {len(topo.devices)}.")
+    return list(topo.devices)
 
 
 def compile_target(t: Target) -> dict:
@@ -87,13 +139,9 @@ def compile_target(t: Target) -> dict:
     from meowjax.models import lm
     from meowjax.trainers import optim, text_steps
 
-    if jax.device_count() < t.devices:
-        raise RuntimeError(
-            f"{t} needs {t.devices} devices but jax sees {jax.device_count()}; run it through "
-            "`python -m benchmarks.aot` (which sets XLA_FLAGS in a subprocess).")
     cfg = config_lib.get_preset(t.preset, dtype=t.dtype, param_dtype=t.dtype, remat=t.remat)
     mesh = sharding.make_mesh([("data", 1), ("fsdp", t.fsdp), ("tensor", t.tensor)],
-                              devices=jax.devices()[: t.devices])
+                              devices=target_devices(t))
     rep = sharding.replicated(mesh)
     params_abs = lm.abstract_params(cfg)
     params_sh = sharding.tree_shardings(lm.logical_axes(cfg), mesh, params_abs)
@@ -156,9 +204,10 @@ def compile_target(t: Target) -> dict:
 
 
 def run_in_subprocess(targets: list[Target], timeout_s: float) -> list[dict]:
-    """Compiles `targets` (same device count) in one child process that sees that many CPU
-    devices; a failed or timed-out child marks its remaining targets with an error."""
-    devices = targets[0].devices
+    """Compiles `targets` (same device count and topology) in one child process that sees that
+    many CPU devices (or, for a TPU topology, one CPU device beside the topology's chips); a
+    failed or timed-out child marks its remaining targets with an error."""
+    devices = 1 if targets[0].topology else targets[0].devices
     env = dict(os.environ)
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                         f" --xla_force_host_platform_device_count={devices}").strip()
@@ -181,7 +230,8 @@ def run_in_subprocess(targets: list[Target], timeout_s: float) -> list[dict]:
 
 def describe(r: dict) -> str:
     """One printed line per target."""
-    name = f"{r['fn']}:{r['preset']} mesh fsdp={r['fsdp']} x tensor={r['tensor']}"
+    name = (f"{r['fn']}:{r['preset']} mesh fsdp={r['fsdp']} x tensor={r['tensor']}"
+            f"{' on TPU ' + r['topology'] if r.get('topology') else ''}")
     if "error" in r:
         return f"{name}: FAILED: {r['error']}"
     fits = " ".join(f"{g}GB:{'yes' if r['per_device_bytes'] <= g * GIB else 'no'}" for g in FITS)
@@ -192,27 +242,39 @@ def describe(r: dict) -> str:
 
 
 def markdown_table(results: list[dict]) -> str:
+    topologies = sorted({r.get("topology", "") for r in results} - {""})
+    compilers = []
+    if any(not r.get("topology") for r in results):
+        compilers.append("simulated CPU devices (`--xla_force_host_platform_device_count`; "
+                         "the CPU compiler's memory is an estimate for TPU/GPU)")
+    if topologies:
+        import jax
+
+        compilers.append(f"the TPU compiler on libtpu topology descriptions "
+                         f"({', '.join(topologies)}; jax {jax.__version__}, no TPU attached)")
     lines = [f"\n### AOT compile and per-device memory (`benchmarks/aot.py`)", "",
-             f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, simulated CPU devices "
-             f"(`--xla_force_host_platform_device_count`), {datetime.date.today().isoformat()}. "
+             f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, {'; '.join(compilers)}, "
+             f"{datetime.date.today().isoformat()}. "
              "Memory = arguments + outputs - donated + temporaries, per device, from "
-             "`compiled.memory_analysis()` of the CPU compiler (an estimate for TPU/GPU).", "",
-             "| function | preset | params | mesh (fsdp x tensor) | shapes | dtype | GiB/device | "
-             "args GiB | temp GiB | fits 16/32/80 GB | compile s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "`compiled.memory_analysis()`.", "",
+             "| function | preset | params | mesh (fsdp x tensor) | compiled for | shapes | dtype | "
+             "GiB/device | args GiB | temp GiB | fits 16/32/80 GB | compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         shapes = (f"B={r['batch']} L={r['length']}" if r["fn"] == "update" else
                   f"B={r['batch']} P={r['length']} T={r['new_tokens']}")
         dtype = (r["dtype"] + (" remat" if r["remat"] else "")
                  + (" ref-logp" if r.get("token_terms") == "reference" else ""))
         head = f"| {r['fn']} | {r['preset']} | "
+        where = f"TPU {r['topology']}" if r.get("topology") else "CPU"
         if "error" in r:
-            lines.append(head + f"- | {r['fsdp']} x {r['tensor']} | {shapes} | {dtype} | "
-                         f"failed: {r['error'][:120]} | | | | |")
+            lines.append(head + f"- | {r['fsdp']} x {r['tensor']} | {where} | {shapes} | {dtype} "
+                         f"| failed: {r['error'][:120]} | | | | |")
             continue
         fits = "/".join("yes" if r["per_device_bytes"] <= g * GIB else "no" for g in FITS)
         lines.append(
-            head + f"{r['params'] / 1e9:.2f}B | {r['fsdp']} x {r['tensor']} | {shapes} | {dtype} "
+            head + f"{r['params'] / 1e9:.2f}B | {r['fsdp']} x {r['tensor']} | {where} | {shapes} "
+            f"| {dtype} "
             f"| {r['per_device_bytes'] / GIB:.2f} | {r['argument_bytes'] / GIB:.2f} | "
             f"{r['temp_bytes'] / GIB:.2f} | {fits} | {r['compile_s']} |")
     return "\n".join(lines) + "\n"
@@ -220,7 +282,11 @@ def markdown_table(results: list[dict]) -> str:
 
 def parse_targets(args) -> list[Target]:
     if not args.targets:
-        return PLAN
+        if args.plan not in PLANS:
+            raise ValueError(f"--plan={args.plan!r}: known plans are {sorted(PLANS)}.")
+        plan = PLANS[args.plan]
+        return ([dataclasses.replace(t, topology=args.topology) for t in plan]
+                if args.topology else plan)
     mesh = dict(kv.split("=") for kv in args.mesh.split(",") if kv)
     unknown = set(mesh) - {"fsdp", "tensor"}
     if unknown:
@@ -234,14 +300,18 @@ def parse_targets(args) -> list[Target]:
         out.append(Target(fn, preset, fsdp=int(mesh.get("fsdp", 1)),
                           tensor=int(mesh.get("tensor", 1)), batch=args.batch,
                           length=args.length, new_tokens=args.new_tokens, dtype=args.dtype,
-                          remat=args.remat, token_terms=args.token_terms))
+                          remat=args.remat, token_terms=args.token_terms,
+                          topology=args.topology))
     return out
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--targets", default="", help="fn:preset,... (default: the PLAN)")
+    parser.add_argument("--targets", default="", help="fn:preset,... (default: --plan)")
+    parser.add_argument("--plan", default="cpu", help="without --targets: cpu or tpu")
+    parser.add_argument("--topology", default="",
+                        help="libtpu topology name, e.g. v5p:4x4x4 (TPU compiler; needs libtpu)")
     parser.add_argument("--mesh", default="fsdp=1,tensor=1")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=512)
@@ -264,8 +334,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return []
     targets = parse_targets(args)
     results = []
-    for devices in dict.fromkeys(t.devices for t in targets):  # first-seen order
-        group = [t for t in targets if t.devices == devices]
+    for key in dict.fromkeys((t.devices, t.topology) for t in targets):  # first-seen order
+        group = [t for t in targets if (t.devices, t.topology) == key]
         for r in run_in_subprocess(group, args.timeout_s):
             results.append(r)
             print(describe(r), flush=True)

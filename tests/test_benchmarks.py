@@ -72,6 +72,42 @@ def test_aot_rejects_unknown_target_and_mesh():
         aot.main(["--targets=backward:tiny", "--results="])
     with pytest.raises(ValueError, match="fsdp and tensor"):
         aot.main(["--targets=update:tiny", "--mesh=pipeline=2", "--results="])
+    with pytest.raises(ValueError, match="known plans are \\['cpu', 'tpu'\\]"):
+        aot.main(["--plan=gpu", "--results="])
+
+
+def test_aot_tpu_plan_covers_the_topology_and_the_table_names_the_compiler():
+    plan = aot.PLANS["tpu"]
+    assert {t.preset for t in plan} == {"qwen2.5-1.5b", "qwen2.5-7b"}
+    chips = lambda t: int(np.prod([int(d) for d in t.topology.split(":")[1].split("x")]))
+    assert all(t.topology and t.devices == chips(t) for t in plan)
+    assert {t.topology for t in plan} == {"v5p:4x4x4", "v5e:2x4"}
+    cpu = dict(fn="update", preset="tiny", fsdp=2, tensor=1, batch=4, length=16,
+               new_tokens=8, dtype="float32", remat=False, params=10, compile_s=1.0,
+               argument_bytes=1, output_bytes=1, alias_bytes=0, temp_bytes=1, code_bytes=0,
+               per_device_bytes=3)
+    tpu = dict(cpu, topology="v5p:2x2x1", fsdp=4)
+    table = aot.markdown_table([cpu, tpu])
+    assert "| 2 x 1 | CPU |" in table and "| 4 x 1 | TPU v5p:2x2x1 |" in table
+    assert "simulated CPU devices" in table and "libtpu topology descriptions (v5p:2x2x1" in table
+
+
+@pytest.mark.slow
+def test_aot_on_a_tpu_topology_compiles_with_libtpu_or_says_what_is_missing(tmp_path):
+    """With the libtpu wheel the TPU compiler builds a sharded tiny update for a 4-chip v5p
+    slice; without it the target fails with an error naming the wheel (CI has no libtpu)."""
+    import importlib.util
+
+    out = aot.main(["--targets=update:tiny", "--mesh=fsdp=4", "--topology=v5p:2x2x1",
+                    "--batch=4", "--length=16", f"--results={tmp_path / 'R.md'}"])
+    assert len(out) == 1
+    if importlib.util.find_spec("libtpu") is None:
+        assert "libtpu" in out[0]["error"] and "pip install" in out[0]["error"], out
+    else:
+        assert "error" not in out[0], out
+        n = config_lib.num_params(config_lib.get_preset("tiny"))
+        assert 12 * n / 4 <= out[0]["argument_bytes"] < 0.75 * 12 * n
+    assert "| TPU v5p:2x2x1 |" in (tmp_path / "R.md").read_text()
 
 
 def test_rollout_summary_from_metrics_file(tmp_path):
