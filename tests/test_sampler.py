@@ -150,3 +150,31 @@ def test_last_slot_prefill_equals_all_slot_prefill(params, sampler):
         np.testing.assert_array_equal(got.tokens_BT, want.tokens_BT)
         np.testing.assert_allclose(got.logp_BT, want.logp_BT, atol=1e-6)
         np.testing.assert_allclose(got.logp_raw_BT, want.logp_raw_BT, atol=1e-6)
+
+
+def test_greedy_branch_equals_the_always_sample_step():
+    """sample_tokens' lax.cond (greedy: argmax + one log_softmax) returns what the reference step
+    that computes both results and picks one does, greedy or sampled (same key), with top-p."""
+    from benchmarks.sampler import always_sample_tokens
+    from meowjax.rollout.sampler import sample_tokens
+
+    logits_BV = jax.random.normal(jax.random.key(3), (5, 37)) * 4.0
+    step = jax.jit(sample_tokens)
+    reference = jax.jit(always_sample_tokens)
+    for temperature, top_p, greedy in ((1.0, 1.0, True), (0.7, 1.0, True), (0.7, 1.0, False),
+                                       (1.3, 0.6, False), (1.0, 0.6, True)):
+        args = (logits_BV, jax.random.key(11), jnp.float32(temperature), jnp.float32(top_p),
+                jnp.bool_(greedy))
+        got, want = step(*args), reference(*args)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], atol=1e-6)
+        np.testing.assert_allclose(got[2], want[2], atol=1e-6)
+        if greedy:
+            np.testing.assert_array_equal(got[0], np.argmax(np.asarray(logits_BV), -1))
+            np.testing.assert_allclose(got[1], got[2], atol=0)
+    # and the sampled branch really samples: another key, other tokens
+    other = step(logits_BV, jax.random.key(12), jnp.float32(1.3), jnp.float32(1.0),
+                 jnp.bool_(False))[0]
+    first = step(logits_BV, jax.random.key(11), jnp.float32(1.3), jnp.float32(1.0),
+                 jnp.bool_(False))[0]
+    assert not np.array_equal(other, first)

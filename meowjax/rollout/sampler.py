@@ -65,19 +65,33 @@ def sample_tokens(
     logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array, top_p: jax.Array,
     greedy: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """One sampling step: (token_B, logp_B, logp_raw_B); see the module docstring."""
+    """One sampling step: (token_B, logp_B, logp_raw_B); see the module docstring.
+
+    ``greedy`` (a traced bool) selects one of two branches of a ``lax.cond``, so a greedy step
+    pays for one argmax and one log_softmax over [B, V] only: no temperature-scaled
+    log_softmax, top-p sort or Gumbel noise of B x V random numbers (what the sampled branch
+    needs; 14% of a SmolLM2-135M decode step on CPU, ``benchmarks/sampler.py
+    --greedy_compare``). Greedy: token = argmax(logits), logp = logp_raw (temperature 1).
+    """
     chex.assert_rank(logits_BV, 2)
     logits_BV = logits_BV.astype(jnp.float32)
-    temp = jnp.where(greedy, 1.0, temperature)
-    logp_BV = jax.nn.log_softmax(logits_BV / temp, axis=-1)
-    logp_raw_BV = jax.nn.log_softmax(logits_BV, axis=-1)
-    filtered_BV = jax.lax.cond(
-        top_p < 1.0, lambda x: jax.vmap(_top_p_filter, (0, None))(x, top_p), lambda x: x, logp_BV
-    )
-    sampled_B = jax.random.categorical(rng, filtered_BV, axis=-1)
-    token_B = jnp.where(greedy, jnp.argmax(logits_BV, axis=-1), sampled_B).astype(jnp.int32)
-    pick = lambda x_BV: jnp.take_along_axis(x_BV, token_B[:, None], axis=-1)[:, 0]
-    return token_B, pick(logp_BV), pick(logp_raw_BV)
+    pick = lambda x_BV, token_B: jnp.take_along_axis(x_BV, token_B[:, None], axis=-1)[:, 0]
+
+    def greedy_step(logits_BV):
+        token_B = jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
+        logp_B = pick(jax.nn.log_softmax(logits_BV, axis=-1), token_B)
+        return token_B, logp_B, logp_B
+
+    def sampled_step(logits_BV):
+        logp_BV = jax.nn.log_softmax(logits_BV / temperature, axis=-1)
+        logp_raw_BV = jax.nn.log_softmax(logits_BV, axis=-1)
+        filtered_BV = jax.lax.cond(
+            top_p < 1.0, lambda x: jax.vmap(_top_p_filter, (0, None))(x, top_p), lambda x: x,
+            logp_BV)
+        token_B = jax.random.categorical(rng, filtered_BV, axis=-1).astype(jnp.int32)
+        return token_B, pick(logp_BV, token_B), pick(logp_raw_BV, token_B)
+
+    return jax.lax.cond(greedy, greedy_step, sampled_step, logits_BV)
 
 
 def _bucket(size: int, buckets: Sequence[int]) -> int | None:
@@ -114,6 +128,9 @@ class Sampler:
         self.num_compiles = 0
         self._generate_jit = jax.jit(self._generate_device, static_argnames=("max_new_tokens",))
 
+    # One sampling step (a class attribute so a benchmark can time another step in its place).
+    sample_fn = staticmethod(sample_tokens)
+
     def _prefill(self, params, tokens_BP, positions_BP, cache, mask_BP):
         """(logits_BV at the last prompt slot, cache) after writing the prompts into the cache.
 
@@ -134,7 +151,7 @@ class Sampler:
         cache = lm.init_cache(cfg, batch, prompt_len + max_new_tokens, self.cache_dtype)
         logits_BV, cache = self._prefill(params, tokens_BP, positions_BP, cache, mask_BP)
         sample = functools.partial(
-            sample_tokens, temperature=temperature, top_p=top_p, greedy=greedy
+            self.sample_fn, temperature=temperature, top_p=top_p, greedy=greedy
         )
 
         def record(state, step, logits_BV, key):
