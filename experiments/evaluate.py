@@ -19,7 +19,7 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from meowjax.trainers import evaluate
+from meowjax.trainers import evaluate, xla_cache
 
 def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""
@@ -38,12 +38,15 @@ def define_flags() -> None:
     flags.DEFINE_integer("samples", 4, "Sampled episodes per game (>= max K).")
     flags.DEFINE_enum("mode", "single_run", list(evaluate.MODES), "Pass@(K,T) mode.")
     flags.DEFINE_integer("seed", 0, "Sampling seed.")
+    flags.DEFINE_string("compile_cache", xla_cache.DEFAULT_DIR,
+                        "JAX persistent compilation cache folder ('' = off).")
 
 
 def main(argv):
     del argv
     F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
+    xla_cache.enable(F.compile_cache)
     c = F.config
     if F.hf_path or F.smollm2:
         agent = evaluate.load_imported_agent(c, F.workdir, hf_path=F.hf_path, smollm2=F.smollm2)

@@ -27,6 +27,7 @@ from absl import app, flags, logging
 
 from configs import study_algos, textworld_budgetmix, textworld_fixed_budget
 from meowjax.eval import passk, process_reward, report, stats
+from meowjax.trainers import xla_cache
 
 STUDIES = ("algos", "budget")
 RESULT_FILE = "cell_result.json"
@@ -190,7 +191,8 @@ def define_flags() -> None:
     flags.DEFINE_list("sft_shares", None, "SFT shares of the budget (default 0,0.25; smoke: 0.5).")
     flags.DEFINE_string("games_dir", "", "Override games.cache_dir of every cell.")
     flags.DEFINE_string("compile_cache", "", "JAX persistent compilation cache folder (cells share "
-                        "compiled shapes; --smoke: <workdir>/jax_cache).")
+                        f"compiled shapes; default {xla_cache.DEFAULT_DIR}, --smoke: "
+                        "<workdir>/jax_cache).")
 
 
 def main(argv):
@@ -198,11 +200,8 @@ def main(argv):
     F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
     smoke = F.smoke
-    cache = F.compile_cache or (os.path.join(F.workdir, "jax_cache") if smoke else "")
-    if cache:
-        import jax
-        jax.config.update("jax_compilation_cache_dir", cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    xla_cache.enable(F.compile_cache or (os.path.join(F.workdir, "jax_cache") if smoke
+                                         else xla_cache.DEFAULT_DIR), min_compile_s=0.0)
     seeds = [int(s) for s in (F.seeds or (["0", "1"] if smoke else ["0", "1", "2"]))]
     estimators = F.estimators or (["rloo", "grpo"] if smoke else list(study_algos.ESTIMATORS))
     shares = [float(s) for s in (F.sft_shares or (["0.5"] if smoke else ["0", "0.25"]))]

@@ -11,14 +11,20 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from meowjax.trainers import run as run_lib
+from meowjax.trainers import xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and reports go.")
+_CACHE = flags.DEFINE_string(
+    "compile_cache", xla_cache.DEFAULT_DIR,
+    "JAX persistent compilation cache folder: later runs with the same shapes load the compiled "
+    "programs instead of compiling them ('' = off; see meowjax/trainers/xla_cache.py).")
 
 
 def main(argv):
     del argv
     logging.set_verbosity(logging.INFO)
+    xla_cache.enable(_CACHE.value)
     run_lib.run(_CONFIG.value, _WORKDIR.value)
 
 

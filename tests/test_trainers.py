@@ -91,6 +91,38 @@ def test_compile_clock_counts_each_backend_compile():
     assert metrics_log.CompileClock().snapshot()["compiles"] == 0   # counts from construction
 
 
+_CACHE_PROBE = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from meowjax.trainers import metrics_log, xla_cache
+xla_cache.enable(sys.argv[1], min_compile_s=0.0)
+clock = metrics_log.CompileClock()
+f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(0) * 3.0)
+out = np.asarray(f(np.arange(64, dtype=np.float32).reshape(8, 8) / 64))
+print(json.dumps(dict(clock.snapshot(), out=out.tolist())))
+"""
+
+
+def test_persistent_compile_cache_loads_a_later_process_compile(tmp_path):
+    """xla_cache.enable: the first process compiles and writes the cache; a second process
+    with the same program loads it (CompileClock counts the hit), with identical results."""
+    import subprocess
+    import sys
+
+    def probe():
+        res = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(tmp_path / "xc")],
+                             capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    first, second = probe(), probe()
+    assert first["cache_hits"] == 0 and second["cache_hits"] >= 1
+    assert first["compiles"] == second["compiles"] >= 1  # a hit still passes the compile step
+    assert second["out"] == first["out"]
+    assert any((tmp_path / "xc").iterdir())
+    from meowjax.trainers import xla_cache
+    assert xla_cache.enable("") == ""   # '' leaves the cache off
+
+
 @pytest.mark.slow
 def test_score_trainer_without_kl_or_critic_skips_the_pre_update_pass(tiny_games_dir, tmp_path):
     c = tiny_config(tiny_games_dir, estimator="rloo", minibatch_rows=8, kl_coef=0.0)
