@@ -236,12 +236,14 @@ def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str,
 
 def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
                  with_torch: bool, device: str, peak: float, variant: str = "current",
-                 remat: bool = False) -> StepResult:
+                 remat: bool = False, scan_unroll: int = 1) -> StepResult:
     """Measures one preset (random init, same weights on both sides) and prints a line.
 
     remat: rematerialise decoder blocks in the backward pass on both sides (our ``cfg.remat``,
-    torch's ``gradient_checkpointing_enable``), for models whose activations do not fit."""
-    cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32", remat=remat)
+    torch's ``gradient_checkpointing_enable``), for models whose activations do not fit.
+    scan_unroll: decoder blocks per layer-scan iteration on our side (``ModelConfig``)."""
+    cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32", remat=remat,
+                                scan_unroll=scan_unroll)
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
     t_torch = loss_torch = None
@@ -359,6 +361,8 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                         help="compute dtype (params stay fp32; torch uses autocast for bf16)")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
     parser.add_argument("--no_torch", action="store_true", help="skip the PyTorch reference")
+    parser.add_argument("--scan_unroll", type=int, default=1,
+                        help="our decoder blocks per layer-scan iteration (same math)")
     parser.add_argument("--remat", action="store_true",
                         help="rematerialise decoder blocks in the backward pass (both sides)")
     parser.add_argument("--token_terms", default="current", choices=sorted(TOKEN_TERMS),
@@ -382,7 +386,8 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     print(f"{machine_line()}\nmatmul peak ({args.peak_n}^3, {args.dtype}): "
           f"{peak / 1e9:.1f} GFLOP/s", flush=True)
     results = [bench_preset(p, args.batch, args.length, args.repeats, args.dtype,
-                            not args.no_torch, args.device, peak, args.token_terms, args.remat)
+                            not args.no_torch, args.device, peak, args.token_terms, args.remat,
+                            args.scan_unroll)
                for p in presets]
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:
