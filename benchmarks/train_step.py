@@ -14,6 +14,7 @@ Compute efficiency, measured in the same run:
     python -m benchmarks.train_step                             # tiny + smollm2-135m sized
     python -m benchmarks.train_step --presets=tiny --batch=2 --length=32 --repeats=1
     python -m benchmarks.train_step --presets=qwen2.5-0.5b --dtype=bfloat16 --device=cuda
+    python -m benchmarks.train_step --compare_guard --presets=smollm2-135m   # before/after
 
 Appends a Markdown table to benchmarks/RESULTS.md (``--results=''`` to skip). Speed is never
 asserted: this prints ratios.
@@ -32,6 +33,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from configs import common
 from meowjax.models import config as config_lib
@@ -155,10 +157,16 @@ def use_token_terms(variant: str) -> None:
     text_steps.token_terms = TOKEN_TERMS[variant]
 
 
-def compiled_pg_step(cfg, params, batch_np, variant: str = "current"):
-    """(AOT-compiled make_pg_step with `variant` token_terms, a fresh TrainState, device batch)."""
+def compiled_pg_step(cfg, params, batch_np, variant: str = "current", guard: str = "current"):
+    """(AOT-compiled make_pg_step with `variant` token_terms, a fresh TrainState, device batch).
+
+    guard "current": `optim.make_optimizer` (one lax.cond over the whole parameter update);
+    "reference": the same clip + AdamW as a plain `optax.apply_if_finite` transformation (its
+    cond over the updates, then a separate `apply_updates`)."""
     use_token_terms(variant)
     optimizer = optim.make_optimizer(LR, warmup_steps=0, total_steps=1000, grad_clip=GRAD_CLIP)
+    if guard == "reference":
+        optimizer = optax.apply_if_finite(optimizer.inner, optimizer.max_consecutive_errors)
     step = text_steps.make_pg_step(cfg, optimizer, optimizer, pg_algo(), temperature=1.0,
                                    needs_critic=False)
     state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
@@ -275,23 +283,30 @@ class VariantResult:
     seconds: dict[str, float]      # best seconds per update, per variant
     temp_bytes: dict[str, int]     # XLA temporaries of the compiled update, per variant
     loss: dict[str, float]         # first-update policy loss, per variant
+    what: str = "token_terms"      # the compared part (COMPARED)
 
     @property
     def speedup(self) -> float:
         return self.seconds["reference"] / self.seconds["current"]
 
 
-def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtype: str
-                        ) -> VariantResult:
-    """Times the PG update with the reference and the current `token_terms`, interleaved
-    (ref, cur, ref, cur, ...) so machine load hits both alike; prints one line."""
+COMPARED = {"token_terms": "fused token_terms vs reference",
+            "guard": "one cond over the whole update vs optax.apply_if_finite"}
+
+
+def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtype: str,
+                        what: str = "token_terms") -> VariantResult:
+    """Times the PG update with the reference and the current `what` (COMPARED: token_terms,
+    or the non-finite guard), interleaved (ref, cur, ref, cur, ...) so machine load hits both
+    alike; prints one line."""
     cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
     runs, temp, loss = {}, {}, {}
     for variant in ("reference", "current"):
+        kind = dict(variant=variant) if what == "token_terms" else dict(guard=variant)
         step, state, dev_batch = compiled_pg_step(cfg, jax.tree.map(jnp.copy, params), batch_np,
-                                                  variant)
+                                                  **kind)
         temp[variant] = step.memory_analysis().temp_size_in_bytes
         holder = {"state": state}
 
@@ -302,8 +317,8 @@ def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtyp
         loss[variant] = float(run()["pg/policy_loss"])
         runs[variant] = run
     seconds = time_interleaved(runs, repeats)
-    res = VariantResult(preset, batch, length, dtype, seconds, temp, loss)
-    print(f"{preset} token_terms B={batch} L={length} {dtype} | reference "
+    res = VariantResult(preset, batch, length, dtype, seconds, temp, loss, what)
+    print(f"{preset} {what} B={batch} L={length} {dtype} | reference "
           f"{seconds['reference']:.3f} s, temp {temp['reference'] / 2**20:.0f} MiB | current "
           f"{seconds['current']:.3f} s, temp {temp['current'] / 2**20:.0f} MiB | speedup "
           f"{res.speedup:.2f}x | loss {loss['reference']:.6f} / {loss['current']:.6f}", flush=True)
@@ -313,8 +328,10 @@ def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtyp
 def variants_table(results: list[VariantResult], note: str = "") -> str:
     """The before/after section appended to RESULTS.md by --compare."""
     mib = lambda b: f"{b / 2**20:.0f}"
-    lines = [f"\n### PG update: fused token_terms vs reference (`benchmarks/train_step.py "
-             f"--compare`) {note}".rstrip(), "", f"Machine: {machine_line()}.", "",
+    what = results[0].what if results else "token_terms"
+    flag = "--compare" if what == "token_terms" else "--compare_guard"
+    lines = [f"\n### PG update: {COMPARED[what]} (`benchmarks/train_step.py "
+             f"{flag}`) {note}".rstrip(), "", f"Machine: {machine_line()}.", "",
              "| preset | B x L | dtype | reference s/update | current s/update | speedup | "
              "temp MiB reference / current | loss reference / current |",
              "|---|---|---|---|---|---|---|---|"]
@@ -369,15 +386,18 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                         help="'reference': the pre-fusion token_terms (two log_softmaxes)")
     parser.add_argument("--compare", action="store_true",
                         help="only time the update with reference vs current token_terms")
+    parser.add_argument("--compare_guard", action="store_true",
+                        help="only time the update with optax.apply_if_finite vs ours")
     parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
-    if args.compare:
+    if args.compare or args.compare_guard:
         print(machine_line(), flush=True)
-        compared = [compare_token_terms(p, args.batch, args.length, args.repeats, args.dtype)
-                    for p in presets]
+        what = "token_terms" if args.compare else "guard"
+        compared = [compare_token_terms(p, args.batch, args.length, args.repeats, args.dtype,
+                                        what) for p in presets]
         if args.results:
             with open(args.results, "a", encoding="utf-8") as f:
                 f.write(variants_table(compared, args.note))

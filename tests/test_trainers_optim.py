@@ -1,0 +1,77 @@
+"""The guarded update step vs optax's own apply_if_finite + apply_updates, step by step."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from meowjax.trainers import optim
+
+
+def _loss(params, batch):
+    pred = batch["x"] @ params["w"] + params["b"]
+    return jnp.mean((pred - batch["y"]) ** 2), {"loss": jnp.mean((pred - batch["y"]) ** 2)}
+
+
+def _batches(n: int, nan_at: tuple[int, ...]) -> list[dict]:
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        x = rng.standard_normal((8, 3)).astype(np.float32)
+        if i in nan_at:
+            x[2, 1] = np.nan
+        out.append({"x": x, "y": rng.standard_normal((8, 2)).astype(np.float32)})
+    return out
+
+
+def _reference(inner: optax.GradientTransformation, max_errors: int, params, batches):
+    """optax.apply_if_finite(inner) followed by optax.apply_updates, as plain optax."""
+    opt = optax.apply_if_finite(inner, max_consecutive_errors=max_errors)
+    state, out = opt.init(params), []
+    for b in batches:
+        grads = jax.grad(lambda p: _loss(p, b)[0])(params)
+        updates, state = opt.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+        out.append((params, state))
+    return out
+
+
+@pytest.mark.parametrize("max_errors,nan_at", [(1_000_000, (1, 2)), (1, (1, 2, 3))])
+def test_guarded_step_equals_apply_if_finite(max_errors, nan_at):
+    """Finite steps update like optax; non-finite ones leave weights and moments unchanged and
+    are counted; past max_consecutive_errors the (NaN) update goes through, as in optax."""
+    params = {"w": jnp.full((3, 2), 0.5, jnp.float32), "b": jnp.zeros((2,), jnp.float32)}
+    opt = optim.make_optimizer(1e-2, warmup_steps=1, total_steps=10, grad_clip=1.0,
+                               max_consecutive_errors=max_errors)
+    assert isinstance(opt, optim.GuardedOptimizer)
+    step = optim.make_update_step(_loss, opt, prefix="t")
+    state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                             opt_state=opt.init(params), value_params={}, value_opt_state={})
+    batches = _batches(6, nan_at)
+    want = _reference(opt.inner, max_errors, params, batches)
+    skipped = []
+    for b, (want_params, want_state) in zip(batches, want):
+        state, metrics = step(state, b)
+        skipped.append(float(metrics["t/skipped"]))
+        for got, ref in zip(jax.tree.leaves((state.params, state.opt_state)),
+                            jax.tree.leaves((want_params, want_state))):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-6, atol=1e-7)
+    # the metric is optax's count of non-finite steps, whether or not one was let through
+    assert skipped == [float(s.total_notfinite) for _, s in want]
+    if max_errors == 1:  # the 2nd NaN step in a row went through: NaN weights, NaN grads since
+        assert skipped == [0, 1, 2, 3, 4, 5]
+        assert not np.isfinite(np.asarray(state.params["w"])).all()
+    else:                # the NaN steps were skipped: finite weights that moved
+        assert skipped == [0, 1, 2, 2, 2, 2]
+        assert np.isfinite(np.asarray(state.params["w"])).all()
+        assert not np.allclose(np.asarray(state.params["w"]), 0.5)
+
+
+def test_plain_optax_transformations_still_apply():
+    """A transformation without the guard takes the plain update + apply_updates path."""
+    params = {"w": jnp.ones((3, 2), jnp.float32), "b": jnp.zeros((2,), jnp.float32)}
+    opt = optax.sgd(0.1)
+    batch = _batches(1, ())[0]
+    grads = jax.grad(lambda p: _loss(p, batch)[0])(params)
+    new_params, _ = optim.apply_gradients(opt, grads, opt.init(params), params)
+    np.testing.assert_allclose(new_params["w"], params["w"] - 0.1 * grads["w"], rtol=1e-6)
