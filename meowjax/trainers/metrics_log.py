@@ -60,9 +60,8 @@ class CompileClock:
             from jax._src import dispatch  # the event names jax emits
             names = {dispatch.BACKEND_COMPILE_EVENT: "compile_s",
                      dispatch.JAXPR_TRACE_EVENT: "trace_s",
-                     dispatch.JAXPR_TO_MLIR_MODULE_EVENT: "trace_s"}
-
-            names[CACHE_SAVED_EVENT] = "cache_saved_s"
+                     dispatch.JAXPR_TO_MLIR_MODULE_EVENT: "trace_s",
+                     CACHE_SAVED_EVENT: "cache_saved_s"}
 
             def listen(event: str, secs: float, **_) -> None:
                 key = names.get(event)
