@@ -148,7 +148,7 @@ def generate_table(results: list[dict], note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def prefill_compare(preset: str, batch: int, prompt_len: int, new_tokens: int, repeats: int,
+def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, repeats: int,
                     kind: str = "prefill") -> dict:
     """The current sampler vs the reference of COMPARISONS[kind] (last-slot vs all-slot
     prefill; greedy branch vs always-sample step) on a random `preset` model: best seconds of
@@ -196,7 +196,7 @@ def prefill_compare(preset: str, batch: int, prompt_len: int, new_tokens: int, r
     return out
 
 
-def prefill_table(results: list[dict], note: str = "") -> str:
+def compare_table(results: list[dict], note: str = "") -> str:
     """The before/after section appended to RESULTS.md by --prefill_compare / --greedy_compare."""
     dev = jax.devices()[0]
     cmp = COMPARISONS[results[0].get("kind", "prefill")]
@@ -240,11 +240,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.prefill_compare or args.greedy_compare:
         kind = "prefill" if args.prefill_compare else "greedy"
-        results = [prefill_compare(p, args.batch, args.prompt_len, args.new_tokens, args.repeats,
+        results = [compare_samplers(p, args.batch, args.prompt_len, args.new_tokens, args.repeats,
                                    kind) for p in args.presets.split(",") if p]
         if args.results:
             with open(args.results, "a", encoding="utf-8") as f:
-                f.write(prefill_table(results, args.note))
+                f.write(compare_table(results, args.note))
         return
     run = dict(batch=args.batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                repeats=args.repeats, scan_unroll=args.scan_unroll)

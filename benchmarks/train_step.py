@@ -165,8 +165,8 @@ def compiled_pg_step(cfg, params, batch_np, variant: str = "current", guard: str
     cond over the updates, then a separate `apply_updates`)."""
     use_token_terms(variant)
     optimizer = optim.make_optimizer(LR, warmup_steps=0, total_steps=1000, grad_clip=GRAD_CLIP)
-    if guard == "reference":
-        optimizer = optax.apply_if_finite(optimizer.inner, optimizer.max_consecutive_errors)
+    if guard == "reference":  # the guard's own optax transformation: the plain update path
+        optimizer = optax.GradientTransformation(optimizer.init, optimizer.update)
     step = text_steps.make_pg_step(cfg, optimizer, optimizer, pg_algo(), temperature=1.0,
                                    needs_critic=False)
     state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
@@ -294,7 +294,7 @@ COMPARED = {"token_terms": "fused token_terms vs reference",
             "guard": "one cond over the whole update vs optax.apply_if_finite"}
 
 
-def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtype: str,
+def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: str,
                         what: str = "token_terms") -> VariantResult:
     """Times the PG update with the reference and the current `what` (COMPARED: token_terms,
     or the non-finite guard), interleaved (ref, cur, ref, cur, ...) so machine load hits both
@@ -326,7 +326,7 @@ def compare_token_terms(preset: str, batch: int, length: int, repeats: int, dtyp
 
 
 def variants_table(results: list[VariantResult], note: str = "") -> str:
-    """The before/after section appended to RESULTS.md by --compare."""
+    """The before/after section appended to RESULTS.md by --compare / --compare_guard."""
     mib = lambda b: f"{b / 2**20:.0f}"
     what = results[0].what if results else "token_terms"
     flag = "--compare" if what == "token_terms" else "--compare_guard"
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     if args.compare or args.compare_guard:
         print(machine_line(), flush=True)
         what = "token_terms" if args.compare else "guard"
-        compared = [compare_token_terms(p, args.batch, args.length, args.repeats, args.dtype,
+        compared = [compare_variants(p, args.batch, args.length, args.repeats, args.dtype,
                                         what) for p in presets]
         if args.results:
             with open(args.results, "a", encoding="utf-8") as f:

@@ -112,6 +112,9 @@ class Sampler:
       cache_dtype: KV-cache dtype (default cfg.dtype).
     """
 
+    # One sampling step (a class attribute so a benchmark can time another step in its place).
+    sample_fn = staticmethod(sample_tokens)
+
     def __init__(
         self, cfg: ModelConfig, *, prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
         batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS, max_new_tokens: int = 256,
@@ -127,9 +130,6 @@ class Sampler:
         self.cache_dtype = cache_dtype
         self.num_compiles = 0
         self._generate_jit = jax.jit(self._generate_device, static_argnames=("max_new_tokens",))
-
-    # One sampling step (a class attribute so a benchmark can time another step in its place).
-    sample_fn = staticmethod(sample_tokens)
 
     def _prefill(self, params, tokens_BP, positions_BP, cache, mask_BP):
         """(logits_BV at the last prompt slot, cache) after writing the prompts into the cache.
