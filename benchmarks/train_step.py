@@ -15,6 +15,12 @@ Compute efficiency, measured in the same run:
     python -m benchmarks.train_step --presets=tiny --batch=2 --length=32 --repeats=1
     python -m benchmarks.train_step --presets=qwen2.5-0.5b --dtype=bfloat16 --device=cuda
     python -m benchmarks.train_step --compare_guard --presets=smollm2-135m   # before/after
+    python -m benchmarks.train_step --compare_host_memory --presets=smollm2-135m
+
+The whole process runs with `meowjax.trainers.host_memory.keep_freed_memory()` (as the
+experiment entry points do; ``--no-keep_host_memory`` leaves glibc's defaults), so both sides
+reuse freed host pages; ``--compare_host_memory`` times our update with glibc's defaults vs
+kept memory, interleaved in one process, with the page faults per update.
 
 Appends a Markdown table to benchmarks/RESULTS.md (``--results=''`` to skip). Speed is never
 asserted: this prints ratios.
@@ -39,7 +45,7 @@ from configs import common
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
 from meowjax.rl import losses
-from meowjax.trainers import optim, text_steps
+from meowjax.trainers import host_memory, optim, text_steps
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 CLIP_EPS, LR, GRAD_CLIP = 0.2, 1e-5, 1.0
@@ -81,14 +87,22 @@ def time_best(fn: Callable[[], object], repeats: int, sync: Callable[[object], o
     return best
 
 
-def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Best seconds per variant over ``repeats`` rounds of one call each, interleaved (a, b, a,
-    b, ...) so machine load hits every variant alike. The runs must already be compiled."""
+def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int, block: int = 1,
+                     before: dict[str, Callable[[], object]] | None = None) -> dict[str, float]:
+    """Best seconds per variant over ``repeats`` rounds, interleaved (a, b, a, b, ...) so machine
+    load hits every variant alike. The runs must already be compiled. With ``block`` > 1 a
+    round is ``before[name]()`` (untimed) then ``block`` consecutive calls of which the first
+    is not timed: for settings whose effect needs a step to settle (the host allocator's)."""
     seconds = {name: float("inf") for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            seconds[name] = min(seconds[name], time_best(run, 1, jax.block_until_ready,
-                                                         warmup=False))
+            if before and name in before:
+                before[name]()
+            if block > 1:
+                jax.block_until_ready(run())
+            for _ in range(max(block - 1, 1)):
+                seconds[name] = min(seconds[name], time_best(run, 1, jax.block_until_ready,
+                                                             warmup=False))
     return seconds
 
 
@@ -284,6 +298,7 @@ class VariantResult:
     temp_bytes: dict[str, int]     # XLA temporaries of the compiled update, per variant
     loss: dict[str, float]         # first-update policy loss, per variant
     what: str = "token_terms"      # the compared part (COMPARED)
+    faults: dict[str, float] | None = None  # minor page faults per update, per variant
 
     @property
     def speedup(self) -> float:
@@ -291,37 +306,58 @@ class VariantResult:
 
 
 COMPARED = {"token_terms": "fused token_terms vs reference",
-            "guard": "one cond over the whole update vs optax.apply_if_finite"}
+            "guard": "one cond over the whole update vs optax.apply_if_finite",
+            "host_memory": "kept host memory vs glibc's default mmap / trim"}
+COMPARE_FLAGS = {"token_terms": "--compare", "guard": "--compare_guard",
+                 "host_memory": "--compare_host_memory"}
+# host_memory: the allocator setting each variant's update runs under (the compiled steps are
+# the same program).
+_HOST_MEMORY = {"reference": host_memory.restore_defaults,
+                "current": host_memory.keep_freed_memory}
 
 
 def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: str,
                         what: str = "token_terms") -> VariantResult:
     """Times the PG update with the reference and the current `what` (COMPARED: token_terms,
-    or the non-finite guard), interleaved (ref, cur, ref, cur, ...) so machine load hits both
-    alike; prints one line."""
+    the non-finite guard, or the host allocator setting), interleaved (ref, cur, ref, cur, ...)
+    so machine load hits both alike; prints one line."""
     cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
     runs, temp, loss = {}, {}, {}
+    faults = {"reference": [], "current": []}
     for variant in ("reference", "current"):
-        kind = dict(variant=variant) if what == "token_terms" else dict(guard=variant)
+        kind = {"token_terms": dict(variant=variant), "guard": dict(guard=variant)}.get(what, {})
         step, state, dev_batch = compiled_pg_step(cfg, jax.tree.map(jnp.copy, params), batch_np,
                                                   **kind)
         temp[variant] = step.memory_analysis().temp_size_in_bytes
         holder = {"state": state}
 
-        def run(step=step, holder=holder, dev_batch=dev_batch):
+        def run(step=step, holder=holder, dev_batch=dev_batch, variant=variant):
+            start = host_memory.minor_faults()
             holder["state"], metrics = step(holder["state"], dev_batch)
+            jax.block_until_ready(metrics)
+            faults[variant].append(host_memory.minor_faults() - start)
             return metrics
 
+        if what == "host_memory":
+            _HOST_MEMORY[variant]()
         loss[variant] = float(run()["pg/policy_loss"])
         runs[variant] = run
-    seconds = time_interleaved(runs, repeats)
-    res = VariantResult(preset, batch, length, dtype, seconds, temp, loss, what)
+    if what == "host_memory":  # rounds of 3 updates; the first settles the heap, untimed
+        seconds = time_interleaved(runs, repeats, block=3, before=_HOST_MEMORY)
+        per_update = {v: float(np.median(f[1:][2::3])) for v, f in faults.items()}
+    else:
+        seconds = time_interleaved(runs, repeats)
+        per_update = {v: float(np.median(f[1:] or f)) for v, f in faults.items()}
+    res = VariantResult(preset, batch, length, dtype, seconds, temp, loss, what, per_update)
     print(f"{preset} {what} B={batch} L={length} {dtype} | reference "
-          f"{seconds['reference']:.3f} s, temp {temp['reference'] / 2**20:.0f} MiB | current "
-          f"{seconds['current']:.3f} s, temp {temp['current'] / 2**20:.0f} MiB | speedup "
+          f"{seconds['reference']:.3f} s, temp {temp['reference'] / 2**20:.0f} MiB, "
+          f"{per_update['reference']:.0f} faults | current {seconds['current']:.3f} s, temp "
+          f"{temp['current'] / 2**20:.0f} MiB, {per_update['current']:.0f} faults | speedup "
           f"{res.speedup:.2f}x | loss {loss['reference']:.6f} / {loss['current']:.6f}", flush=True)
+    if what == "host_memory":
+        host_memory.keep_freed_memory()
     return res
 
 
@@ -329,25 +365,30 @@ def variants_table(results: list[VariantResult], note: str = "") -> str:
     """The before/after section appended to RESULTS.md by --compare / --compare_guard."""
     mib = lambda b: f"{b / 2**20:.0f}"
     what = results[0].what if results else "token_terms"
-    flag = "--compare" if what == "token_terms" else "--compare_guard"
     lines = [f"\n### PG update: {COMPARED[what]} (`benchmarks/train_step.py "
-             f"{flag}`) {note}".rstrip(), "", f"Machine: {machine_line()}.", "",
+             f"{COMPARE_FLAGS[what]}`) {note}".rstrip(), "", f"Machine: {machine_line()}.", "",
              "| preset | B x L | dtype | reference s/update | current s/update | speedup | "
-             "temp MiB reference / current | loss reference / current |",
-             "|---|---|---|---|---|---|---|---|"]
+             "temp MiB reference / current | page faults / update reference / current | "
+             "loss reference / current |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        f = r.faults or {}
         lines.append(
             f"| {r.preset} | {r.batch} x {r.length} | {r.dtype} | {r.seconds['reference']:.3f} | "
             f"{r.seconds['current']:.3f} | {r.speedup:.2f}x | {mib(r.temp_bytes['reference'])} / "
-            f"{mib(r.temp_bytes['current'])} | {r.loss['reference']:.6f} / "
-            f"{r.loss['current']:.6f} |")
+            f"{mib(r.temp_bytes['current'])} | {f.get('reference', 0):.0f} / "
+            f"{f.get('current', 0):.0f} | {r.loss['reference']:.6f} / {r.loss['current']:.6f} |")
     return "\n".join(lines) + "\n"
+
+
+_KEPT = {"kept": False}  # whether main() ran keep_freed_memory (shown in the machine line)
 
 
 def machine_line() -> str:
     dev = jax.devices()[0]
+    memory = "kept host memory" if _KEPT["kept"] else "glibc's default host allocator"
     return (f"{platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
-            f"{dev.platform} ({dev.device_kind}), {datetime.date.today().isoformat()}")
+            f"{dev.platform} ({dev.device_kind}), {memory}, {datetime.date.today().isoformat()}")
 
 
 def markdown_table(results: list[StepResult], peak: float, note: str = "") -> str:
@@ -388,14 +429,21 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                         help="only time the update with reference vs current token_terms")
     parser.add_argument("--compare_guard", action="store_true",
                         help="only time the update with optax.apply_if_finite vs ours")
+    parser.add_argument("--compare_host_memory", action="store_true",
+                        help="only time the update with glibc's default allocator vs kept "
+                        "host memory (meowjax.trainers.host_memory)")
+    parser.add_argument("--keep_host_memory", action=argparse.BooleanOptionalAction,
+                        default=True, help="run with host_memory.keep_freed_memory()")
     parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
-    if args.compare or args.compare_guard:
+    _KEPT["kept"] = args.keep_host_memory and host_memory.keep_freed_memory()
+    if args.compare or args.compare_guard or args.compare_host_memory:
         print(machine_line(), flush=True)
-        what = "token_terms" if args.compare else "guard"
+        what = ("token_terms" if args.compare else "guard" if args.compare_guard
+                else "host_memory")
         compared = [compare_variants(p, args.batch, args.length, args.repeats, args.dtype,
                                         what) for p in presets]
         if args.results:

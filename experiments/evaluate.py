@@ -19,7 +19,7 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from meowjax.trainers import evaluate, xla_cache
+from meowjax.trainers import evaluate, host_memory, xla_cache
 
 def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""
@@ -40,12 +40,16 @@ def define_flags() -> None:
     flags.DEFINE_integer("seed", 0, "Sampling seed.")
     flags.DEFINE_string("compile_cache", xla_cache.DEFAULT_DIR,
                         "JAX persistent compilation cache folder ('' = off).")
+    flags.DEFINE_bool("keep_host_memory", True, "Reuse freed host memory instead of returning "
+                      "it to the OS (glibc; meowjax/trainers/host_memory.py).")
 
 
 def main(argv):
     del argv
     F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
+    if F.keep_host_memory:
+        host_memory.keep_freed_memory()
     xla_cache.enable(F.compile_cache)
     c = F.config
     if F.hf_path or F.smollm2:

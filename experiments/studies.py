@@ -27,7 +27,7 @@ from absl import app, flags, logging
 
 from configs import study_algos, textworld_budgetmix, textworld_fixed_budget
 from meowjax.eval import passk, process_reward, report, stats
-from meowjax.trainers import xla_cache
+from meowjax.trainers import host_memory, xla_cache
 
 STUDIES = ("algos", "budget")
 RESULT_FILE = "cell_result.json"
@@ -193,6 +193,8 @@ def define_flags() -> None:
     flags.DEFINE_string("compile_cache", "", "JAX persistent compilation cache folder (cells share "
                         f"compiled shapes; default {xla_cache.DEFAULT_DIR}, --smoke: "
                         "<workdir>/jax_cache).")
+    flags.DEFINE_bool("keep_host_memory", True, "Reuse freed host memory instead of returning "
+                      "it to the OS (glibc; meowjax/trainers/host_memory.py).")
 
 
 def main(argv):
@@ -200,6 +202,8 @@ def main(argv):
     F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
     smoke = F.smoke
+    if F.keep_host_memory:
+        host_memory.keep_freed_memory()
     xla_cache.enable(F.compile_cache or (os.path.join(F.workdir, "jax_cache") if smoke
                                          else xla_cache.DEFAULT_DIR), min_compile_s=0.0)
     seeds = [int(s) for s in (F.seeds or (["0", "1"] if smoke else ["0", "1", "2"]))]

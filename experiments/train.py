@@ -11,7 +11,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from meowjax.trainers import run as run_lib
-from meowjax.trainers import xla_cache
+from meowjax.trainers import host_memory, xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and reports go.")
@@ -20,10 +20,17 @@ _CACHE = flags.DEFINE_string(
     "JAX persistent compilation cache folder: later runs with the same shapes load the compiled "
     "programs instead of compiling them ('' = off; see meowjax/trainers/xla_cache.py).")
 
+_KEEP_MEMORY = flags.DEFINE_bool(
+    "keep_host_memory", True,
+    "Keep freed host memory in the process for the next step's buffers instead of giving it back "
+    "to the OS and faulting it in again (glibc; see meowjax/trainers/host_memory.py).")
+
 
 def main(argv):
     del argv
     logging.set_verbosity(logging.INFO)
+    if _KEEP_MEMORY.value:
+        logging.info("host memory kept for reuse: %s", host_memory.keep_freed_memory())
     xla_cache.enable(_CACHE.value)
     run_lib.run(_CONFIG.value, _WORKDIR.value)
 

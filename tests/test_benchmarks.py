@@ -14,7 +14,8 @@ from meowjax.models import config as config_lib
 def test_train_step_tiny_matches_torch_loss_and_writes_table(tmp_path, capsys):
     results_md = tmp_path / "RESULTS.md"
     (res,) = train_step.main(["--presets=tiny", "--batch=2", "--length=16", "--repeats=1",
-                              "--peak_n=128", f"--results={results_md}"])
+                              "--peak_n=128", f"--results={results_md}",
+                              "--no-keep_host_memory"])  # this pytest process's allocator stays
     # Same weights, same batch: the first-batch PPO loss of both sides agrees to fp32 rounding.
     np.testing.assert_allclose(res.ours_loss, res.torch_loss, rtol=1e-4, atol=1e-6)
     assert res.params == config_lib.num_params(config_lib.get_preset("tiny"))

@@ -1,0 +1,72 @@
+"""host_memory: with kept memory a repeated 64 MiB XLA output stops page-faulting; without it
+(glibc's defaults, and again after restore_defaults) every call faults all its pages in anew."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from meowjax.trainers import host_memory
+
+_PAGES = (64 << 20) // 4096  # pages of one 64 MiB buffer
+
+# Each cycle: a jitted program writes a fresh 64 MiB output, which is then freed; prints the
+# minor faults of each cycle under the settings named in argv ("default", "keep", "restore"),
+# in order. As in the entry points, a first "keep" comes before the first computation.
+_PROBE = """
+import json, sys
+from meowjax.trainers import host_memory
+if sys.argv[1] == "keep":
+    assert host_memory.keep_freed_memory()
+import jax, jax.numpy as jnp
+fill = jax.jit(lambda x: jnp.full((64 << 18,), x, jnp.float32))
+fill(1.0).block_until_ready()
+out = {}
+for step in sys.argv[1:]:
+    if step == "keep":
+        assert host_memory.keep_freed_memory()
+    elif step == "restore":
+        assert host_memory.restore_defaults()
+    faults = []
+    for i in range(16):
+        start = host_memory.minor_faults()
+        y = fill(float(i))
+        y.block_until_ready()
+        y.delete()
+        faults.append(host_memory.minor_faults() - start)
+    out[step] = faults
+print(json.dumps(out))
+"""
+
+
+def _probe(*steps: str) -> dict[str, list[int]]:
+    res = subprocess.run([sys.executable, "-c", _PROBE, *steps], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(host_memory._glibc() is None, reason="the settings are glibc's")
+def test_kept_memory_stops_refaulting_and_restore_brings_it_back():
+    out = {**_probe("default"), **_probe("keep", "restore")}
+    # glibc's defaults: a 64 MiB block is its own mmap, so each call faults all its pages.
+    assert min(out["default"]) > 0.9 * _PAGES, out
+    # Kept: the heap grows to its high-water mark (a few buffers, in the first calls: XLA may allocate the next
+    # output before the last free lands) and then the freed pages serve every later call.
+    assert sum(out["keep"]) < 6.1 * _PAGES, out
+    assert sum(out["keep"][-6:]) < 0.02 * _PAGES, out
+    # Restored: the free heap top was handed back, so the next buffer faults in again.
+    assert out["restore"][0] > 0.9 * _PAGES, out
+
+
+def test_not_glibc_changes_nothing(monkeypatch):
+    host_memory._glibc.cache_clear()
+    monkeypatch.setattr(host_memory.ctypes, "CDLL", lambda *a, **k: (_ for _ in ()).throw(
+        OSError("no libc")))
+    try:
+        assert host_memory.keep_freed_memory() is False
+        assert host_memory.restore_defaults() is False
+    finally:
+        monkeypatch.undo()
+        host_memory._glibc.cache_clear()
