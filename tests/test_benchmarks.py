@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import aot, padding, rollout, score_step, train_step
+from benchmarks import aot, padding, profile_ops, rollout, score_step, train_step
 from meowjax.models import config as config_lib
 
 
@@ -195,3 +195,25 @@ def test_timers_accumulate_calls():
     f = timers.wrap("f", lambda x: x + 1)
     assert [f(1), f(2)] == [2, 3]
     assert timers.calls["f"] == 2 and timers.seconds["f"] >= 0
+
+
+def test_profile_ops_sums_trace_events_per_op_and_kind():
+    events = [{"ph": "X", "name": "ynn_fusion", "dur": 3000},
+              {"ph": "X", "name": "ynn_fusion.2", "dur": 1000},
+              {"ph": "X", "name": "copy.7", "dur": 2000},
+              {"ph": "X", "name": "ThunkExecutor::Execute", "dur": 9000},  # runtime, not an op
+              {"ph": "i", "name": "copy.7", "dur": 5000}]                   # not a complete event
+    by_name, by_kind = profile_ops.op_times(events, calls=2)
+    assert by_name == pytest.approx({"ynn_fusion": 0.0015, "ynn_fusion.2": 0.0005,
+                                     "copy.7": 0.001})
+    assert by_kind == pytest.approx({"ynn_fusion": 0.002, "copy": 0.001})
+
+
+@pytest.mark.slow
+def test_profile_ops_traces_a_tiny_update(capsys):
+    out = profile_ops.main(["--what=update", "--preset=tiny", "--batch=2", "--length=16",
+                            "--calls=1", "--no-keep_host_memory"])
+    assert out["wall_s"] > 0 and sum(out["by_kind"].values()) > 0
+    # the update's matmuls are XLA ops of the trace (dots or YNN fusions, by the XLA build)
+    assert any("dot" in k or "ynn" in k or "fusion" in k for k in out["by_kind"]), out["by_kind"]
+    assert "| op kind | s per call |" in capsys.readouterr().out

@@ -26,8 +26,11 @@ out = {}
 for step in sys.argv[1:]:
     if step == "keep":
         assert host_memory.keep_freed_memory()
+    elif step == "release":
+        assert host_memory.release_free_memory()
     elif step == "restore":
         assert host_memory.restore_defaults()
+        assert not host_memory.release_free_memory()  # nothing kept: a no-op
     faults = []
     for i in range(16):
         start = host_memory.minor_faults()
@@ -48,14 +51,17 @@ def _probe(*steps: str) -> dict[str, list[int]]:
 
 
 @pytest.mark.skipif(host_memory._glibc() is None, reason="the settings are glibc's")
-def test_kept_memory_stops_refaulting_and_restore_brings_it_back():
-    out = {**_probe("default"), **_probe("keep", "restore")}
+def test_kept_memory_stops_refaulting_release_and_restore_bring_it_back():
+    out = {**_probe("default"), **_probe("keep", "release", "restore")}
     # glibc's defaults: a 64 MiB block is its own mmap, so each call faults all its pages.
     assert min(out["default"]) > 0.9 * _PAGES, out
     # Kept: the heap grows to its high-water mark (a few buffers, in the first calls: XLA may allocate the next
     # output before the last free lands) and then the freed pages serve every later call.
     assert sum(out["keep"]) < 6.1 * _PAGES, out
     assert sum(out["keep"][-6:]) < 0.02 * _PAGES, out
+    # Released: the free pages went back to the OS, so the first call faults again, once.
+    assert out["release"][0] > 0.9 * _PAGES, out
+    assert sum(out["release"][-6:]) < 0.02 * _PAGES, out
     # Restored: the free heap top was handed back, so the next buffer faults in again.
     assert out["restore"][0] > 0.9 * _PAGES, out
 

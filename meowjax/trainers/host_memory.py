@@ -15,11 +15,14 @@ faults 1.14 GiB a step that way, about 290k faults and 0.5-0.8 s of kernel time 
     M_TRIM_THRESHOLD = -1   the heap is never given back to the OS
 
 so a step's buffers reuse the pages the previous step freed: no faults after the first steps,
-the same numbers (only where buffers live changes). The cost: the process keeps its peak
-heap until it exits (the peak RSS is the same, it just is not returned). Other allocators
-(macOS, musl) are left alone. Call it before the first computation of the process (the
-entry points do, under ``--keep_host_memory``); ``restore_defaults()`` undoes the mmap and
-trim settings (the single heap stays), for before/after benchmarks in one process.
+the same numbers (only where buffers live changes). The cost is resident memory: freed pages
+stay with the process, and one heap serving buffers of many sizes fragments, so the resident
+set grows past the live peak. ``release_free_memory()`` (``malloc_trim``) hands the free pages
+back; the trainer loop calls it between RL iterations, so each iteration faults its buffers in
+once instead of every step. Other allocators (macOS, musl) are left alone. Call
+``keep_freed_memory`` before the first computation of the process (the entry points do, under
+``--keep_host_memory``); ``restore_defaults()`` undoes the mmap and trim settings (the single
+heap stays), for before/after benchmarks in one process.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def _mallopt(libc, param: int, value: int) -> None:
         raise RuntimeError(f"glibc mallopt({param}, {value}) was refused.")
 
 
+_STATE = {"kept": False}
+
+
 def keep_freed_memory() -> bool:
     """One heap, no per-block mmaps, no trimming (see the module docstring).
 
@@ -66,6 +72,17 @@ def keep_freed_memory() -> bool:
     _mallopt(libc, _M_ARENA_MAX, 1)
     _mallopt(libc, _M_MMAP_MAX, 0)
     _mallopt(libc, _M_TRIM_THRESHOLD, -1)
+    _STATE["kept"] = True
+    return True
+
+
+def release_free_memory() -> bool:
+    """Hands the heap's free pages back to the OS (``malloc_trim(0)``) when memory is being
+    kept; a no-op otherwise. Returns whether it trimmed."""
+    libc = _glibc()
+    if libc is None or not _STATE["kept"]:
+        return False
+    libc.malloc_trim(ctypes.c_size_t(0))
     return True
 
 
@@ -80,6 +97,7 @@ def restore_defaults() -> bool:
     _mallopt(libc, _M_MMAP_THRESHOLD, _DEFAULT_MMAP_THRESHOLD)
     _mallopt(libc, _M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
     libc.malloc_trim(ctypes.c_size_t(0))
+    _STATE["kept"] = False
     return True
 
 

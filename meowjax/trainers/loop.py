@@ -34,7 +34,7 @@ from meowjax.models import value
 from meowjax.rl import estimators, reduce
 from meowjax.rollout import buckets
 from meowjax.sharding import make_mesh
-from meowjax.trainers import checkpoint, data, metrics_log, optim, placement
+from meowjax.trainers import checkpoint, data, host_memory, metrics_log, optim, placement
 
 SFT, RL, DONE = "sft", "rl", "done"
 SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, EVAL_RNG = 1, 2, 3, 7, 9
@@ -379,6 +379,7 @@ class AgentTrainer(abc.ABC):
         try:
             if meta["phase"] == SFT:
                 state = self._sft(state, meta)
+                host_memory.release_free_memory()
                 if self.preempted:
                     self._save(state, state.params, meta)
                     raise Preempted(f"SIGTERM during SFT at step {meta['sft_step']}; saved.")
@@ -390,6 +391,7 @@ class AgentTrainer(abc.ABC):
                 self._save(state, ref, meta)
             while meta["phase"] == RL and meta["iteration"] < self.rl_iters:
                 state, m = self._rl_iteration(state, ref, pool, meta["iteration"])
+                host_memory.release_free_memory()  # kept host memory: once per iteration
                 meta["iteration"] += 1
                 step = self.sft_steps + meta["iteration"]
                 self.writer.write(step, m)
