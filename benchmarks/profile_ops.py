@@ -35,7 +35,7 @@ from meowjax.rollout.sampler import Sampler
 from meowjax.trainers import host_memory
 
 # Runtime / host events, not XLA ops.
-_NOT_OPS = ("ThunkExecutor", "$", "Pjit", "Common", "Slinky", "while", "end: ")
+_NOT_OPS = ("ThunkExecutor", "$", "Pjit", "Common", "Slinky", "while", "end: ", "np.asarray")
 
 
 def op_times(trace_events: list[dict], calls: int) -> tuple[dict[str, float], dict[str, float]]:
