@@ -102,6 +102,14 @@ def _dense(cfg: ModelConfig, features, name: str, *, axis=-1, use_bias: bool = F
     )
 
 
+def _tokens(x_BLE: jax.Array) -> jax.Array:
+    """[B, L, E] -> [B*L, E]: the projections run on a token matrix, so each weight gradient is
+    a dot with one contracting dim (tokens). Over [B, L] rows XLA:CPU contracts two dims and,
+    inside the layer scan, writes the backward's activations transposed first: a SmolLM2-sized
+    update at B=4 x 256 spent 26% of its op time in those copies (``benchmarks/profile_ops``)."""
+    return x_BLE.reshape(-1, x_BLE.shape[-1])
+
+
 def _rms_norm(cfg: ModelConfig, name: str) -> nn.RMSNorm:
     return nn.RMSNorm(
         epsilon=cfg.rms_norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, name=name
@@ -117,9 +125,13 @@ class Attention(nn.Module):
     def __call__(self, x_BLE, positions_BL, mask_BLS, kv, layer, index):
         cfg = self.cfg
         h, k_heads, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        q = _dense(cfg, (h, d), "q_proj", use_bias=cfg.qkv_bias)(x_BLE)
-        k = _dense(cfg, (k_heads, d), "k_proj", use_bias=cfg.qkv_bias)(x_BLE)
-        v = _dense(cfg, (k_heads, d), "v_proj", use_bias=cfg.qkv_bias)(x_BLE)
+        batch, length, _ = x_BLE.shape
+        x_TE = _tokens(x_BLE)
+        q = _dense(cfg, (h, d), "q_proj", use_bias=cfg.qkv_bias)(x_TE).reshape(batch, length, h, d)
+        k = _dense(cfg, (k_heads, d), "k_proj", use_bias=cfg.qkv_bias)(x_TE).reshape(
+            batch, length, k_heads, d)
+        v = _dense(cfg, (k_heads, d), "v_proj", use_bias=cfg.qkv_bias)(x_TE).reshape(
+            batch, length, k_heads, d)
         q = apply_rope(q, positions_BL, cfg.rope_theta)
         k = apply_rope(k, positions_BL, cfg.rope_theta)
         if kv is None:
@@ -133,8 +145,9 @@ class Attention(nn.Module):
             keys = k_all[layer].astype(q.dtype)
             values = v_all[layer].astype(q.dtype)
         out_BLHD = jax.nn.dot_product_attention(q, keys, values, mask=mask_BLS[:, None])
-        out = _dense(cfg, cfg.hidden_size, "o_proj", axis=(-2, -1))(out_BLHD)
-        return out, kv
+        out_TE = _dense(cfg, cfg.hidden_size, "o_proj", axis=(-2, -1))(
+            out_BLHD.reshape(batch * length, h, d))
+        return out_TE.reshape(batch, length, -1), kv
 
 
 class Mlp(nn.Module):
@@ -145,9 +158,11 @@ class Mlp(nn.Module):
     @nn.compact
     def __call__(self, x_BLE):
         cfg = self.cfg
-        gate = _dense(cfg, cfg.intermediate_size, "gate_proj")(x_BLE)
-        up = _dense(cfg, cfg.intermediate_size, "up_proj")(x_BLE)
-        return _dense(cfg, cfg.hidden_size, "down_proj")(nn.silu(gate) * up)
+        x_TE = _tokens(x_BLE)
+        gate = _dense(cfg, cfg.intermediate_size, "gate_proj")(x_TE)
+        up = _dense(cfg, cfg.intermediate_size, "up_proj")(x_TE)
+        out_TE = _dense(cfg, cfg.hidden_size, "down_proj")(nn.silu(gate) * up)
+        return out_TE.reshape(x_BLE.shape)
 
 
 class Block(nn.Module):
@@ -257,10 +272,11 @@ def logits_from_hidden(params: Params, cfg: ModelConfig, hidden_BLE: jax.Array) 
     else:
         w_EV = params["lm_head"]["kernel"]
     dtype = cfg.compute_dtype
-    return jnp.einsum(
-        "ble,ev->blv", hidden_BLE.astype(dtype), w_EV.astype(dtype),
+    logits_TV = jnp.einsum(
+        "te,ev->tv", _tokens(hidden_BLE).astype(dtype), w_EV.astype(dtype),
         preferred_element_type=jnp.float32,
     )
+    return logits_TV.reshape(*hidden_BLE.shape[:-1], -1)
 
 
 def _check_tokens(tokens_BL, positions_BL, mask_BL) -> None:
