@@ -314,6 +314,7 @@ COMPARE_FLAGS = {"token_terms": "--compare", "guard": "--compare_guard",
 # the same program).
 _HOST_MEMORY = {"reference": host_memory.restore_defaults,
                 "current": host_memory.keep_freed_memory}
+_SETTLE_BLOCK = 3  # host_memory: consecutive updates per round, the first untimed
 
 
 def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: str,
@@ -326,6 +327,7 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
     batch_np = make_batch(cfg, batch, length)
     runs, temp, loss = {}, {}, {}
     faults = {"reference": [], "current": []}
+    was_kept = host_memory.is_kept()
     for variant in ("reference", "current"):
         kind = {"token_terms": dict(variant=variant), "guard": dict(guard=variant)}.get(what, {})
         step, state, dev_batch = compiled_pg_step(cfg, jax.tree.map(jnp.copy, params), batch_np,
@@ -344,9 +346,11 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
             _HOST_MEMORY[variant]()
         loss[variant] = float(run()["pg/policy_loss"])
         runs[variant] = run
-    if what == "host_memory":  # rounds of 3 updates; the first settles the heap, untimed
-        seconds = time_interleaved(runs, repeats, block=3, before=_HOST_MEMORY)
-        per_update = {v: float(np.median(f[1:][2::3])) for v, f in faults.items()}
+    if what == "host_memory":  # rounds of updates; the first settles the heap, untimed
+        seconds = time_interleaved(runs, repeats, block=_SETTLE_BLOCK, before=_HOST_MEMORY)
+        # faults[v][0] is the warm-up call; then each round's last update
+        per_update = {v: float(np.median(f[1:][_SETTLE_BLOCK - 1::_SETTLE_BLOCK]))
+                      for v, f in faults.items()}
     else:
         seconds = time_interleaved(runs, repeats)
         per_update = {v: float(np.median(f[1:] or f)) for v, f in faults.items()}
@@ -356,8 +360,8 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
           f"{per_update['reference']:.0f} faults | current {seconds['current']:.3f} s, temp "
           f"{temp['current'] / 2**20:.0f} MiB, {per_update['current']:.0f} faults | speedup "
           f"{res.speedup:.2f}x | loss {loss['reference']:.6f} / {loss['current']:.6f}", flush=True)
-    if what == "host_memory":
-        host_memory.keep_freed_memory()
+    if what == "host_memory":  # the process's own setting again
+        (host_memory.keep_freed_memory if was_kept else host_memory.restore_defaults)()
     return res
 
 
@@ -381,12 +385,9 @@ def variants_table(results: list[VariantResult], note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-_KEPT = {"kept": False}  # whether main() ran keep_freed_memory (shown in the machine line)
-
-
 def machine_line() -> str:
     dev = jax.devices()[0]
-    memory = "kept host memory" if _KEPT["kept"] else "glibc's default host allocator"
+    memory = "kept host memory" if host_memory.is_kept() else "glibc's default host allocator"
     return (f"{platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
             f"{dev.platform} ({dev.device_kind}), {memory}, {datetime.date.today().isoformat()}")
 
@@ -439,7 +440,8 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     parser.add_argument("--note", default="", help="text added to the table's heading")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
-    _KEPT["kept"] = args.keep_host_memory and host_memory.keep_freed_memory()
+    if args.keep_host_memory:
+        host_memory.keep_freed_memory()
     if args.compare or args.compare_guard or args.compare_host_memory:
         print(machine_line(), flush=True)
         what = ("token_terms" if args.compare else "guard" if args.compare_guard

@@ -20,10 +20,10 @@ stay with the process, and one heap serving buffers of many sizes fragments, so 
 set grows past the live peak (the default run: 3.2 -> 5.4 GiB peak RSS, 10.8 -> 9.2 min).
 ``release_free_memory()`` (``malloc_trim``) hands the free pages back; the trainer loop calls it
 between RL iterations, so each iteration faults its buffers in once instead of every step (that
-did not lower the default run's peak, which a phase reaches on its own). Other allocators (macOS, musl) are left alone. Call
-``keep_freed_memory`` before the first computation of the process (the entry points do, under
-``--keep_host_memory``); ``restore_defaults()`` undoes the mmap and trim settings (the single
-heap stays), for before/after benchmarks in one process.
+did not lower the default run's peak, which a phase reaches on its own). Other allocators
+(macOS, musl) are left alone. Call ``keep_freed_memory`` before the first computation of the
+process (the entry points do, under ``--keep_host_memory``); ``restore_defaults()`` undoes the
+mmap and trim settings (the single heap stays), for before/after benchmarks in one process.
 """
 
 from __future__ import annotations
@@ -75,6 +75,11 @@ def keep_freed_memory() -> bool:
     _mallopt(libc, _M_TRIM_THRESHOLD, -1)
     _STATE["kept"] = True
     return True
+
+
+def is_kept() -> bool:
+    """Whether ``keep_freed_memory`` is in effect (and not undone by ``restore_defaults``)."""
+    return _STATE["kept"]
 
 
 def release_free_memory() -> bool:
