@@ -1,15 +1,19 @@
-"""The default run's update step (admissible-command scoring interface): rolled vs unrolled scan.
+"""The default run's update step (admissible-command scoring interface): two model settings.
 
 One SFT update of ``meowjax.trainers.score_steps.make_sft_step`` (packed prompt + candidates,
 candidate cross-entropy + the auxiliary prompt LM loss, AdamW) on the default run's model
 (``configs/default.py``: 3 layers, width 128) and random packed turns shaped like the default
-run's (a prompt of about half the row, then the candidate commands, 2-6 tokens each). The reference is
-``scan_unroll=1`` (a rolled ``nn.scan`` over layers), the variant ``scan_unroll=num_layers``;
-both are timed interleaved (ref, variant, ref, ...) in this process, same params, same batch,
-and the first-step losses are printed so the reader can see they compute the same thing.
+run's (a prompt of about half the row, then the candidate commands, 2-6 tokens each).
+``--compare=unroll``: the reference is ``scan_unroll=1`` (a rolled ``nn.scan`` over layers), the
+variant ``scan_unroll=num_layers``. ``--compare=saved_activations``: the reference keeps every
+activation for the backward pass (``saved_activations="everything"``), the variant the config's
+``"projections"``. Both are timed interleaved (ref, variant, ref, ...) in this process, same
+params, same batch, and the first-step losses are printed so the reader can see they compute
+the same thing.
 
     python -m benchmarks.score_step                 # appends a table to benchmarks/RESULTS.md
     python -m benchmarks.score_step --repeats=3 --results=''
+    python -m benchmarks.score_step --compare=saved_activations
 
 Speed is never asserted: this prints ratios.
 """
@@ -48,17 +52,29 @@ def packed_batch(vocab: int, rows: int, length: int, max_cands: int, seed: int =
                              pad_values={"cand": max_cands})
 
 
-def compare(rows: int, length: int, repeats: int) -> dict:
+# --compare: (reference, variant) ModelConfig overrides of the default run's model.
+COMPARES = {
+    "unroll": lambda cfg: ({"scan_unroll": 1}, {"scan_unroll": cfg.num_layers}),
+    "saved_activations": lambda cfg: ({"saved_activations": "everything"},
+                                      {"saved_activations": "projections"}),
+}
+
+
+def _label(overrides: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in overrides.items())
+
+
+def compare(rows: int, length: int, repeats: int, what: str = "unroll") -> dict:
     c = default.get_config()
     cfg = config_lib.get_preset(c.model.preset, vocab_size=c.model.vocab_size, pad_token_id=0,
                                 eos_token_id=2, **dict(c.model.overrides))
     params = lm.init_params(cfg, jax.random.key(0))
     batch = jax.tree.map(jnp.asarray, packed_batch(cfg.vocab_size, rows, length, c.policy.max_cands))
     opt = optim.make_optimizer(1e-3, warmup_steps=1, total_steps=100, grad_clip=1.0)
-    variants = {"reference": 1, "unrolled": cfg.num_layers}
+    variants = dict(zip(("reference", "variant"), COMPARES[what](cfg)))
     runs, loss = {}, {}
-    for name, unroll in variants.items():
-        step = score_steps.make_sft_step(cfg.replace(scan_unroll=unroll), opt,
+    for name, overrides in variants.items():
+        step = score_steps.make_sft_step(cfg.replace(**overrides), opt,
                                          max_cands=c.policy.max_cands, norm=c.policy.score_norm,
                                          lm_coef=c.sft.lm_coef)
         holder = {"state": optim.TrainState(step=jnp.int32(0), params=jax.tree.map(jnp.copy, params),
@@ -72,25 +88,27 @@ def compare(rows: int, length: int, repeats: int) -> dict:
         loss[name] = float(run()["sft/loss"])   # compiles
         runs[name] = run
     seconds = time_interleaved(runs, repeats)
-    speedup = seconds["reference"] / seconds["unrolled"]
-    print(f"score SFT step B={rows} L={length} layers={cfg.num_layers} | scan_unroll=1 "
-          f"{seconds['reference'] * 1e3:.1f} ms | scan_unroll={cfg.num_layers} "
-          f"{seconds['unrolled'] * 1e3:.1f} ms | speedup {speedup:.2f}x | first loss "
-          f"{loss['reference']:.6f} / {loss['unrolled']:.6f}", flush=True)
+    speedup = seconds["reference"] / seconds["variant"]
+    labels = {k: _label(v) for k, v in variants.items()}
+    print(f"score SFT step B={rows} L={length} layers={cfg.num_layers} | {labels['reference']} "
+          f"{seconds['reference'] * 1e3:.1f} ms | {labels['variant']} "
+          f"{seconds['variant'] * 1e3:.1f} ms | speedup {speedup:.2f}x | first loss "
+          f"{loss['reference']:.6f} / {loss['variant']:.6f}", flush=True)
     return dict(rows=rows, length=length, layers=cfg.num_layers, seconds=seconds, loss=loss,
-                speedup=speedup)
+                speedup=speedup, labels=labels)
 
 
-def table(results: list[dict]) -> str:
-    lines = ["\n### Score-interface SFT update: rolled vs unrolled layer scan "
-             "(`benchmarks/score_step.py`)", "", f"Machine: {machine_line()}.", "",
-             "| B x L | layers | scan_unroll=1 ms/update | unrolled ms/update | speedup | "
-             "first loss rolled / unrolled |", "|---|---|---|---|---|---|"]
+def table(results: list[dict], what: str = "unroll") -> str:
+    ref, var = (results[0]["labels"][k] for k in ("reference", "variant"))
+    lines = [f"\n### Score-interface SFT update: {ref} vs {var} "
+             f"(`benchmarks/score_step.py --compare={what}`)", "", f"Machine: {machine_line()}.",
+             "", f"| B x L | layers | {ref} ms/update | {var} ms/update | speedup | "
+             "first loss reference / variant |", "|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['rows']} x {r['length']} | {r['layers']} | "
-                     f"{r['seconds']['reference'] * 1e3:.1f} | {r['seconds']['unrolled'] * 1e3:.1f} "
+                     f"{r['seconds']['reference'] * 1e3:.1f} | {r['seconds']['variant'] * 1e3:.1f} "
                      f"| {r['speedup']:.2f}x | {r['loss']['reference']:.6f} / "
-                     f"{r['loss']['unrolled']:.6f} |")
+                     f"{r['loss']['variant']:.6f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -100,12 +118,14 @@ def main(argv=None):
     parser.add_argument("--lengths", default="320,448")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--results", default=DEFAULT_RESULTS)
+    parser.add_argument("--compare", default="unroll", choices=sorted(COMPARES))
     args = parser.parse_args(argv)
     print(machine_line(), flush=True)
-    results = [compare(args.rows, int(L), args.repeats) for L in args.lengths.split(",")]
+    results = [compare(args.rows, int(L), args.repeats, args.compare)
+               for L in args.lengths.split(",")]
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:
-            f.write(table(results))
+            f.write(table(results, args.compare))
     return results
 
 

@@ -16,6 +16,7 @@ Compute efficiency, measured in the same run:
     python -m benchmarks.train_step --presets=qwen2.5-0.5b --dtype=bfloat16 --device=cuda
     python -m benchmarks.train_step --compare_guard --presets=smollm2-135m   # before/after
     python -m benchmarks.train_step --compare_host_memory --presets=smollm2-135m
+    python -m benchmarks.train_step --compare_saved_activations --presets=smollm2-135m
 
 The whole process runs with `meowjax.trainers.host_memory.keep_freed_memory()` (as the
 experiment entry points do; ``--no-keep_host_memory`` leaves glibc's defaults), so both sides
@@ -258,14 +259,15 @@ def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str,
 
 def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
                  with_torch: bool, device: str, peak: float, variant: str = "current",
-                 remat: bool = False, scan_unroll: int = 1) -> StepResult:
+                 remat: bool = False, scan_unroll: int = 1,
+                 saved_activations: str = "projections") -> StepResult:
     """Measures one preset (random init, same weights on both sides) and prints a line.
 
     remat: rematerialise decoder blocks in the backward pass on both sides (our ``cfg.remat``,
     torch's ``gradient_checkpointing_enable``), for models whose activations do not fit.
-    scan_unroll: decoder blocks per layer-scan iteration on our side (``ModelConfig``)."""
+    scan_unroll, saved_activations: our side's ``ModelConfig`` fields."""
     cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32", remat=remat,
-                                scan_unroll=scan_unroll)
+                                scan_unroll=scan_unroll, saved_activations=saved_activations)
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
     t_torch = loss_torch = None
@@ -307,9 +309,14 @@ class VariantResult:
 
 COMPARED = {"token_terms": "fused token_terms vs reference",
             "guard": "one cond over the whole update vs optax.apply_if_finite",
-            "host_memory": "kept host memory vs glibc's default mmap / trim"}
+            "host_memory": "kept host memory vs glibc's default mmap / trim",
+            "saved_activations": "blocks keep the projections' outputs (the rest recomputed) "
+                                 "vs everything"}
 COMPARE_FLAGS = {"token_terms": "--compare", "guard": "--compare_guard",
-                 "host_memory": "--compare_host_memory"}
+                 "host_memory": "--compare_host_memory",
+                 "saved_activations": "--compare_saved_activations"}
+# saved_activations: the ModelConfig.saved_activations of each variant's model.
+_SAVED = {"reference": "everything", "current": "projections"}
 # host_memory: the allocator setting each variant's update runs under (the compiled steps are
 # the same program).
 _HOST_MEMORY = {"reference": host_memory.restore_defaults,
@@ -320,7 +327,8 @@ _SETTLE_BLOCK = 3  # host_memory: consecutive updates per round, the first untim
 def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: str,
                         what: str = "token_terms") -> VariantResult:
     """Times the PG update with the reference and the current `what` (COMPARED: token_terms,
-    the non-finite guard, or the host allocator setting), interleaved (ref, cur, ref, cur, ...)
+    the non-finite guard, the host allocator setting, or what the decoder blocks keep for the
+    backward pass), interleaved (ref, cur, ref, cur, ...)
     so machine load hits both alike; prints one line."""
     cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
     params = lm.init_params(cfg, jax.random.key(0))
@@ -330,8 +338,10 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
     was_kept = host_memory.is_kept()
     for variant in ("reference", "current"):
         kind = {"token_terms": dict(variant=variant), "guard": dict(guard=variant)}.get(what, {})
-        step, state, dev_batch = compiled_pg_step(cfg, jax.tree.map(jnp.copy, params), batch_np,
-                                                  **kind)
+        vcfg = cfg.replace(saved_activations=_SAVED[variant]) if what == "saved_activations" \
+            else cfg
+        step, state, dev_batch = compiled_pg_step(vcfg, jax.tree.map(jnp.copy, params),
+                                                  batch_np, **kind)
         temp[variant] = step.memory_analysis().temp_size_in_bytes
         holder = {"state": state}
 
@@ -424,6 +434,9 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                         help="our decoder blocks per layer-scan iteration (same math)")
     parser.add_argument("--remat", action="store_true",
                         help="rematerialise decoder blocks in the backward pass (both sides)")
+    parser.add_argument("--saved_activations", default="projections",
+                        choices=config_lib.SAVED_ACTIVATIONS,
+                        help="what our decoder blocks keep for the backward pass")
     parser.add_argument("--token_terms", default="current", choices=sorted(TOKEN_TERMS),
                         help="'reference': the pre-fusion token_terms (two log_softmaxes)")
     parser.add_argument("--compare", action="store_true",
@@ -433,6 +446,9 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     parser.add_argument("--compare_host_memory", action="store_true",
                         help="only time the update with glibc's default allocator vs kept "
                         "host memory (meowjax.trainers.host_memory)")
+    parser.add_argument("--compare_saved_activations", action="store_true",
+                        help="only time the update with saved_activations='everything' vs "
+                        "'projections'")
     parser.add_argument("--keep_host_memory", action=argparse.BooleanOptionalAction,
                         default=True, help="run with host_memory.keep_freed_memory()")
     parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
@@ -442,10 +458,11 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     presets = [p for p in args.presets.split(",") if p]
     if args.keep_host_memory:
         host_memory.keep_freed_memory()
-    if args.compare or args.compare_guard or args.compare_host_memory:
+    if (args.compare or args.compare_guard or args.compare_host_memory
+            or args.compare_saved_activations):
         print(machine_line(), flush=True)
         what = ("token_terms" if args.compare else "guard" if args.compare_guard
-                else "host_memory")
+                else "host_memory" if args.compare_host_memory else "saved_activations")
         compared = [compare_variants(p, args.batch, args.length, args.repeats, args.dtype,
                                         what) for p in presets]
         if args.results:
@@ -457,7 +474,7 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
           f"{peak / 1e9:.1f} GFLOP/s", flush=True)
     results = [bench_preset(p, args.batch, args.length, args.repeats, args.dtype,
                             not args.no_torch, args.device, peak, args.token_terms, args.remat,
-                            args.scan_unroll)
+                            args.scan_unroll, args.saved_activations)
                for p in presets]
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:

@@ -25,14 +25,30 @@ def test_train_step_tiny_matches_torch_loss_and_writes_table(tmp_path, capsys):
     assert "| preset | params | B x L |" in table and "| tiny | 0.1M | 2 x 16 | float32 |" in table
 
 
-def test_score_step_rolled_and_unrolled_compute_the_same_loss(tmp_path):
+@pytest.mark.parametrize("what", sorted(score_step.COMPARES))
+def test_score_step_variants_compute_the_same_loss(tmp_path, what):
     results_md = tmp_path / "RESULTS.md"
     (res,) = score_step.main(["--rows=4", "--lengths=256", "--repeats=1",
-                              f"--results={results_md}"])
-    # Same params, same packed batch: the unrolled scan is the same function.
-    np.testing.assert_allclose(res["loss"]["unrolled"], res["loss"]["reference"], rtol=1e-5)
+                              f"--results={results_md}", f"--compare={what}"])
+    # Same params, same packed batch: the unrolled scan / the checkpointed block is the same
+    # function.
+    np.testing.assert_allclose(res["loss"]["variant"], res["loss"]["reference"], rtol=1e-5)
     assert res["layers"] == 3 and min(res["seconds"].values()) > 0
-    assert "| 4 x 256 | 3 |" in results_md.read_text()
+    text = results_md.read_text()
+    assert "| 4 x 256 | 3 |" in text and f"--compare={what}" in text
+    assert {"unroll": "scan_unroll=3", "saved_activations": "saved_activations=projections"}[
+        what] in text
+
+
+def test_train_step_compare_saved_activations_same_loss(tmp_path):
+    results_md = tmp_path / "RESULTS.md"
+    (res,) = train_step.main(["--compare_saved_activations", "--presets=tiny", "--batch=2",
+                              "--length=64", "--repeats=1", f"--results={results_md}"])
+    assert res.what == "saved_activations" and min(res.seconds.values()) > 0
+    np.testing.assert_allclose(res.loss["current"], res.loss["reference"], rtol=1e-6)
+    # The projections-only blocks keep less for the backward pass than "everything".
+    assert res.temp_bytes["current"] < res.temp_bytes["reference"], res.temp_bytes
+    assert "`benchmarks/train_step.py --compare_saved_activations`" in results_md.read_text()
 
 
 def test_make_batch_fields_match_the_pg_step_contract():

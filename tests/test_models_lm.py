@@ -127,3 +127,31 @@ def test_unrolled_layer_scan_equals_scanned():
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
     with np.testing.assert_raises_regex(ValueError, "scan_unroll=0 must be >= 1"):
         CFG.replace(scan_unroll=0)
+
+
+def test_saved_activations_change_memory_not_math():
+    """What a block keeps for the backward pass (jax.checkpoint policies) changes the compiled
+    update's temp memory, not the loss or the gradients."""
+    cfg4 = CFG.replace(num_layers=4)
+    params = lm.init_params(cfg4, jax.random.key(2))
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(3, CFG.vocab_size, (4, 64)).astype(np.int32)
+    mask = np.ones_like(tokens)
+    pos = np.asarray(lm.positions_from_mask(jnp.asarray(mask)))
+    loss = lambda p, c: jnp.sum(jnp.sin(lm.forward(p, c, tokens, pos, mask)))
+    outs, temp = {}, {}
+    variants = {s: dict(saved_activations=s) for s in config_lib.SAVED_ACTIVATIONS}
+    variants["remat"] = dict(remat=True)
+    for name, over in variants.items():
+        cfg = cfg4.replace(**over)
+        step = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+        temp[name] = step.lower(params, cfg).compile().memory_analysis().temp_size_in_bytes
+        outs[name] = step(params, cfg)
+    for name in variants:
+        np.testing.assert_allclose(outs[name][0], outs["everything"][0], rtol=1e-5)
+        for a, b in zip(jax.tree.leaves(outs[name][1]), jax.tree.leaves(outs["everything"][1])):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    assert temp["remat"] < temp["projections"] < temp["everything"], temp
+    assert temp["projections"] < temp["dots"], temp  # dots also keeps the [B, H, L, S] scores
+    with np.testing.assert_raises_regex(ValueError, "saved_activations='all'.*projections"):
+        CFG.replace(saved_activations="all")

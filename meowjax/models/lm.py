@@ -40,11 +40,19 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from meowjax.models.config import ModelConfig
 
 Params = dict[str, Any]
 _INIT_STD = 0.02
+_POLICIES = jax.checkpoint_policies
+# jax.checkpoint policy of each ModelConfig.saved_activations ("everything": no checkpoint).
+_SAVE_POLICIES = {
+    "projections": _POLICIES.save_from_both_policies(
+        _POLICIES.dots_with_no_batch_dims_saveable, _POLICIES.save_only_these_names("attention")),
+    "dots": _POLICIES.dots_saveable,
+}
 
 
 class KVCache(flax.struct.PyTreeNode):
@@ -144,7 +152,8 @@ class Attention(nn.Module):
             kv = (k_all, v_all)
             keys = k_all[layer].astype(q.dtype)
             values = v_all[layer].astype(q.dtype)
-        out_BLHD = jax.nn.dot_product_attention(q, keys, values, mask=mask_BLS[:, None])
+        out_BLHD = checkpoint_name(
+            jax.nn.dot_product_attention(q, keys, values, mask=mask_BLS[:, None]), "attention")
         out_TE = _dense(cfg, cfg.hidden_size, "o_proj", axis=(-2, -1))(
             out_BLHD.reshape(batch * length, h, d))
         return out_TE.reshape(batch, length, -1), kv
@@ -193,7 +202,13 @@ class Trunk(nn.Module):
             cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
             embedding_init=nn.initializers.normal(_INIT_STD), name="embed",
         )(tokens_BL)
-        block = nn.remat(Block, prevent_cse=False) if cfg.remat else Block
+        if cfg.remat:
+            block = nn.remat(Block, prevent_cse=False)
+        elif cfg.saved_activations in _SAVE_POLICIES:
+            block = nn.remat(Block, prevent_cse=False,
+                             policy=_SAVE_POLICIES[cfg.saved_activations])
+        else:
+            block = Block
         stack = nn.scan(
             block, variable_axes={"params": 0}, split_rngs={"params": True},
             in_axes=(nn.broadcast, nn.broadcast, nn.broadcast), length=cfg.num_layers,
