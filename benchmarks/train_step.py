@@ -17,6 +17,7 @@ Compute efficiency, measured in the same run:
     python -m benchmarks.train_step --compare_guard --presets=smollm2-135m   # before/after
     python -m benchmarks.train_step --compare_host_memory --presets=smollm2-135m
     python -m benchmarks.train_step --compare_saved_activations --presets=smollm2-135m
+    python -m benchmarks.train_step --compare_norm --presets=smollm2-135m
 
 The whole process runs with `meowjax.trainers.host_memory.keep_freed_memory()` (as the
 experiment entry points do; ``--no-keep_host_memory`` leaves glibc's defaults), so both sides
@@ -177,11 +178,15 @@ def compiled_pg_step(cfg, params, batch_np, variant: str = "current", guard: str
 
     guard "current": `optim.make_optimizer` (one lax.cond over the whole parameter update);
     "reference": the same clip + AdamW as a plain `optax.apply_if_finite` transformation (its
-    cond over the updates, then a separate `apply_updates`)."""
+    cond over the updates, then a separate `apply_updates`); "per_leaf": the guarded step with
+    the generic guard (an is-finite pass over every gradient, the clip's own norm), not the
+    one global norm shared by guard, clip and metric."""
     use_token_terms(variant)
     optimizer = optim.make_optimizer(LR, warmup_steps=0, total_steps=1000, grad_clip=GRAD_CLIP)
     if guard == "reference":  # the guard's own optax transformation: the plain update path
         optimizer = optax.GradientTransformation(optimizer.init, optimizer.update)
+    elif guard == "per_leaf":
+        optimizer = optimizer._replace(grad_clip=None, tail=None)
     step = text_steps.make_pg_step(cfg, optimizer, optimizer, pg_algo(), temperature=1.0,
                                    needs_critic=False)
     state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
@@ -311,10 +316,11 @@ COMPARED = {"token_terms": "fused token_terms vs reference",
             "guard": "one cond over the whole update vs optax.apply_if_finite",
             "host_memory": "kept host memory vs glibc's default mmap / trim",
             "saved_activations": "blocks keep the projections' outputs (the rest recomputed) "
-                                 "vs everything"}
+                                 "vs everything",
+            "norm": "one global norm for guard, clip and metric vs per-leaf is-finite + norms"}
 COMPARE_FLAGS = {"token_terms": "--compare", "guard": "--compare_guard",
                  "host_memory": "--compare_host_memory",
-                 "saved_activations": "--compare_saved_activations"}
+                 "saved_activations": "--compare_saved_activations", "norm": "--compare_norm"}
 # saved_activations: the ModelConfig.saved_activations of each variant's model.
 _SAVED = {"reference": "everything", "current": "projections"}
 # host_memory: the allocator setting each variant's update runs under (the compiled steps are
@@ -337,7 +343,9 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
     faults = {"reference": [], "current": []}
     was_kept = host_memory.is_kept()
     for variant in ("reference", "current"):
-        kind = {"token_terms": dict(variant=variant), "guard": dict(guard=variant)}.get(what, {})
+        kind = {"token_terms": dict(variant=variant), "guard": dict(guard=variant),
+                "norm": dict(guard="per_leaf" if variant == "reference" else "current")
+                }.get(what, {})
         vcfg = cfg.replace(saved_activations=_SAVED[variant]) if what == "saved_activations" \
             else cfg
         step, state, dev_batch = compiled_pg_step(vcfg, jax.tree.map(jnp.copy, params),
@@ -446,6 +454,8 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     parser.add_argument("--compare_host_memory", action="store_true",
                         help="only time the update with glibc's default allocator vs kept "
                         "host memory (meowjax.trainers.host_memory)")
+    parser.add_argument("--compare_norm", action="store_true",
+                        help="only time the update with the per-leaf guard vs one global norm")
     parser.add_argument("--compare_saved_activations", action="store_true",
                         help="only time the update with saved_activations='everything' vs "
                         "'projections'")
@@ -458,11 +468,12 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     presets = [p for p in args.presets.split(",") if p]
     if args.keep_host_memory:
         host_memory.keep_freed_memory()
-    if (args.compare or args.compare_guard or args.compare_host_memory
-            or args.compare_saved_activations):
+    flags = {"token_terms": args.compare, "guard": args.compare_guard,
+             "host_memory": args.compare_host_memory, "norm": args.compare_norm,
+             "saved_activations": args.compare_saved_activations}
+    if any(flags.values()):
         print(machine_line(), flush=True)
-        what = ("token_terms" if args.compare else "guard" if args.compare_guard
-                else "host_memory" if args.compare_host_memory else "saved_activations")
+        what = next(k for k, on in flags.items() if on)
         compared = [compare_variants(p, args.batch, args.length, args.repeats, args.dtype,
                                         what) for p in presets]
         if args.results:

@@ -40,15 +40,16 @@ def test_score_step_variants_compute_the_same_loss(tmp_path, what):
         what] in text
 
 
-def test_train_step_compare_saved_activations_same_loss(tmp_path):
+@pytest.mark.parametrize("what", ["saved_activations", "norm"])
+def test_train_step_compare_same_loss(tmp_path, what):
     results_md = tmp_path / "RESULTS.md"
-    (res,) = train_step.main(["--compare_saved_activations", "--presets=tiny", "--batch=2",
+    (res,) = train_step.main([f"--compare_{what}", "--presets=tiny", "--batch=2",
                               "--length=64", "--repeats=1", f"--results={results_md}"])
-    assert res.what == "saved_activations" and min(res.seconds.values()) > 0
+    assert res.what == what and min(res.seconds.values()) > 0
     np.testing.assert_allclose(res.loss["current"], res.loss["reference"], rtol=1e-6)
-    # The projections-only blocks keep less for the backward pass than "everything".
-    assert res.temp_bytes["current"] < res.temp_bytes["reference"], res.temp_bytes
-    assert "`benchmarks/train_step.py --compare_saved_activations`" in results_md.read_text()
+    if what == "saved_activations":  # projections-only blocks keep less than "everything"
+        assert res.temp_bytes["current"] < res.temp_bytes["reference"], res.temp_bytes
+    assert f"`benchmarks/train_step.py --compare_{what}`" in results_md.read_text()
 
 
 def test_make_batch_fields_match_the_pg_step_contract():

@@ -36,14 +36,19 @@ def _reference(inner: optax.GradientTransformation, max_errors: int, params, bat
     return out
 
 
+@pytest.mark.parametrize("one_norm", [True, False])
 @pytest.mark.parametrize("max_errors,nan_at", [(1_000_000, (1, 2)), (1, (1, 2, 3))])
-def test_guarded_step_equals_apply_if_finite(max_errors, nan_at):
+def test_guarded_step_equals_apply_if_finite(max_errors, nan_at, one_norm):
     """Finite steps update like optax; non-finite ones leave weights and moments unchanged and
-    are counted; past max_consecutive_errors the (NaN) update goes through, as in optax."""
+    are counted; past max_consecutive_errors the (NaN) update goes through, as in optax. Both
+    with the global norm computed once (make_optimizer's clip + AdamW) and with the generic
+    guard over any inner transformation (no tail)."""
     params = {"w": jnp.full((3, 2), 0.5, jnp.float32), "b": jnp.zeros((2,), jnp.float32)}
     opt = optim.make_optimizer(1e-2, warmup_steps=1, total_steps=10, grad_clip=1.0,
                                max_consecutive_errors=max_errors)
-    assert isinstance(opt, optim.GuardedOptimizer)
+    assert isinstance(opt, optim.GuardedOptimizer) and opt.tail is not None
+    if not one_norm:
+        opt = opt._replace(grad_clip=None, tail=None)
     step = optim.make_update_step(_loss, opt, prefix="t")
     state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                              opt_state=opt.init(params), value_params={}, value_opt_state={})
@@ -65,6 +70,19 @@ def test_guarded_step_equals_apply_if_finite(max_errors, nan_at):
         assert skipped == [0, 1, 2, 2, 2, 2]
         assert np.isfinite(np.asarray(state.params["w"])).all()
         assert not np.allclose(np.asarray(state.params["w"]), 0.5)
+
+
+def test_one_norm_guard_skips_an_overflowing_norm():
+    """The documented difference: finite gradients whose squared norm overflows float32 are
+    skipped by the one-norm guard (||g|| = inf), applied (clipped) by apply_if_finite."""
+    params = {"w": jnp.ones((2,), jnp.float32)}
+    grads = {"w": jnp.array([1e20, 1.0], jnp.float32)}
+    for one_norm, want_skipped in ((True, 1), (False, 0)):
+        opt = optim.make_optimizer(1e-2, warmup_steps=1, total_steps=10, grad_clip=1.0)
+        if not one_norm:
+            opt = opt._replace(grad_clip=None, tail=None)
+        _, state = optim.apply_gradients(opt, grads, opt.init(params), params)
+        assert int(state.total_notfinite) == want_skipped
 
 
 def test_plain_optax_transformations_still_apply():
