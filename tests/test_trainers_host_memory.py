@@ -76,3 +76,29 @@ def test_not_glibc_changes_nothing(monkeypatch):
     finally:
         monkeypatch.undo()
         host_memory._glibc.cache_clear()
+
+
+_RSS_PROBE = """
+import json
+import numpy as np
+from meowjax.trainers import host_memory
+before = host_memory.resident_bytes()
+buf = np.ones(64 * 2**20, np.float32)  # 256 MiB, every page written
+print(json.dumps(dict(before=before, after=host_memory.resident_bytes(),
+                      metrics=host_memory.memory_metrics())))
+"""
+
+
+def test_memory_metrics_see_a_touched_allocation():
+    """The resident set grows by about the size of a buffer once its pages are written; the
+    peak never falls below the current resident set. (A fresh process: one with kept memory
+    could serve the buffer from pages it already holds.)"""
+    res = subprocess.run([sys.executable, "-c", _RSS_PROBE], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["before"] > 0  # Linux: /proc/self/statm
+    grown = out["after"] - out["before"]
+    assert 200 * 2**20 < grown < 320 * 2**20, grown
+    m = out["metrics"]
+    assert m["perf/peak_rss_gib"] >= m["perf/rss_gib"] >= out["after"] / 2**30 - 0.01

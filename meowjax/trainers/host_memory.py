@@ -107,6 +107,37 @@ def restore_defaults() -> bool:
     return True
 
 
+def resident_bytes() -> int | None:
+    """This process's resident set now (``/proc/self/statm``), or None where there is none."""
+    import os
+
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def peak_resident_bytes() -> int:
+    """This process's peak resident set so far (``getrusage``: KiB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def memory_metrics() -> dict[str, float]:
+    """``perf/rss_gib`` (now, where known) and ``perf/peak_rss_gib`` (so far) of this process.
+    The kernel's high-water mark lags the current count by a few pages, so the peak is at
+    least the current value."""
+    now = resident_bytes()
+    out = {"perf/peak_rss_gib": max(peak_resident_bytes(), now or 0) / 2**30}
+    if now is not None:
+        out["perf/rss_gib"] = now / 2**30
+    return out
+
+
 def minor_faults() -> int:
     """Minor page faults of this process so far (``getrusage``)."""
     import resource

@@ -278,7 +278,8 @@ class AgentTrainer(abc.ABC):
             state, m = self.sft_step(state, self.place.batch(batch))
             meta["sft_step"] += 1
             if meta["sft_step"] % c.log.every_steps == 0 or meta["sft_step"] == self.sft_steps:
-                self.writer.write(meta["sft_step"], jax.device_get(m))
+                self.writer.write(meta["sft_step"], {**jax.device_get(m),
+                                                     **host_memory.memory_metrics()})
         return state
 
     def _old_terms(self, state, ref, rows):
@@ -362,7 +363,7 @@ class AgentTrainer(abc.ABC):
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             # real tokens / slots over all the iteration's update batches
             "perf/padding_efficiency": float(sum(eff) / slots),
-            "perf/turns_per_s": n_turns / max(t_roll, 1e-9)})
+            "perf/turns_per_s": n_turns / max(t_roll, 1e-9), **host_memory.memory_metrics()})
         return state, metrics
 
     def kl_matrix(self, eps, rows, old, ref):
