@@ -85,6 +85,26 @@ def test_one_norm_guard_skips_an_overflowing_norm():
         assert int(state.total_notfinite) == want_skipped
 
 
+def test_one_norm_guard_compiles_one_norm():
+    """The guard, the clip and the grad_norm metric share one global norm in the compiled
+    step (one scalar sqrt); the generic guard computes the clip's norm again inside its cond."""
+    import re
+
+    params = {"w": jnp.ones((3, 2), jnp.float32), "b": jnp.zeros((2,), jnp.float32)}
+    batch = _batches(1, ())[0]
+    sqrts = {}
+    for one_norm in (True, False):
+        opt = optim.make_optimizer(1e-2, warmup_steps=1, total_steps=10, grad_clip=1.0)
+        if not one_norm:
+            opt = opt._replace(grad_clip=None, tail=None)
+        step = optim.make_update_step(_loss, opt, prefix="t")
+        state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                                 opt_state=opt.init(params), value_params={}, value_opt_state={})
+        hlo = step.lower(state, batch).compile().as_text()
+        sqrts[one_norm] = len(re.findall(r"= f32\[\] sqrt\(", hlo))
+    assert sqrts == {True: 1, False: 2}, sqrts
+
+
 def test_plain_optax_transformations_still_apply():
     """A transformation without the guard takes the plain update + apply_updates path."""
     params = {"w": jnp.ones((3, 2), jnp.float32), "b": jnp.zeros((2,), jnp.float32)}

@@ -44,8 +44,10 @@ class ModelConfig:
         linear in the length). "dots": every matmul output, the [B, H, L, S] attention scores
         too. "everything": no checkpoint, XLA keeps what it likes. On XLA:CPU each kept array
         is one more copy into the layer scan's stacked buffers, and recomputing elementwise
-        ops is cheaper: "projections" made the fwd+bwd 1.06-1.11x faster with 2.3-2.5x less
-        temp memory than "everything" (SmolLM2-135M, the default run's model; RESULTS.md).
+        ops is cheaper: "projections" made a SmolLM2-135M update 1.08x faster than
+        "everything" (``benchmarks/train_step.py --compare_saved_activations``) and left the
+        default run's 3-layer model unchanged (``benchmarks/score_step.py
+        --compare=saved_activations``; RESULTS.md).
       scan_unroll: decoder blocks per iteration of the layer scan (``nn.scan(unroll=...)``);
         unrolling a shallow model lets XLA fuse across blocks (same params, same math).
     """

@@ -23,8 +23,10 @@ class GuardedOptimizer(NamedTuple):
 
     ``grad_clip`` / ``tail``: when ``inner`` is ``optax.chain(clip_by_global_norm(grad_clip),
     tail)`` (as ``make_optimizer`` builds it), ``guarded_apply`` computes the gradients' global
-    norm once, for the guard, the clip and the ``grad_norm`` metric (one pass over the
-    gradients instead of three)."""
+    norm once, outside its cond, for the guard and the clip; ``make_update_step``'s
+    ``grad_norm`` metric is the same expression, which XLA merges with it: one norm pass over
+    the gradients instead of an is-finite pass and two norms (tests/test_trainers_optim.py
+    counts them in the compiled step)."""
 
     init: Callable
     update: Callable
