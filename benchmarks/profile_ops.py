@@ -76,12 +76,7 @@ def make_call(what: str, preset: str, batch: int, length: int, new_tokens: int
         step, state, dev_batch = train_step.compiled_pg_step(cfg, params,
                                                              train_step.make_batch(cfg, batch,
                                                                                    length))
-        holder = {"state": state}
-
-        def update():
-            holder["state"], metrics = step(holder["state"], dev_batch)
-            return metrics
-        return update
+        return train_step.update_runner(step, state, dev_batch)
     if what == "generate":
         prompts = np.random.default_rng(0).integers(3, cfg.vocab_size, (batch, length)).tolist()
         sampler = Sampler(cfg, prompt_buckets=(length,), batch_buckets=(batch,),

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.train_step import machine_line, time_interleaved
+from benchmarks.train_step import machine_line, time_interleaved, update_runner
 from configs import default
 from meowjax.models import config as config_lib
 from meowjax.models import lm
@@ -77,14 +77,9 @@ def compare(rows: int, length: int, repeats: int, what: str = "unroll") -> dict:
         step = score_steps.make_sft_step(cfg.replace(**overrides), opt,
                                          max_cands=c.policy.max_cands, norm=c.policy.score_norm,
                                          lm_coef=c.sft.lm_coef)
-        holder = {"state": optim.TrainState(step=jnp.int32(0), params=jax.tree.map(jnp.copy, params),
-                                            opt_state=opt.init(params), value_params={},
-                                            value_opt_state={})}
-
-        def run(step=step, holder=holder):
-            holder["state"], metrics = step(holder["state"], batch)
-            return metrics
-
+        state = optim.TrainState(step=jnp.int32(0), params=jax.tree.map(jnp.copy, params),
+                                 opt_state=opt.init(params), value_params={}, value_opt_state={})
+        run = update_runner(step, state, batch)
         loss[name] = float(run()["sft/loss"])   # compiles
         runs[name] = run
     seconds = time_interleaved(runs, repeats)

@@ -197,16 +197,23 @@ def compiled_pg_step(cfg, params, batch_np, variant: str = "current", guard: str
     return compiled, state, batch
 
 
-def ours_step(cfg, params, batch_np, repeats: int, variant: str = "current"
-              ) -> tuple[float, float]:
-    """(seconds per update, first-batch policy loss) of make_pg_step on one device."""
-    step, state, batch = compiled_pg_step(cfg, params, batch_np, variant)
-    holder = {"state": jax.tree.map(jnp.copy, state)}  # the step donates (consumes) its state
+def update_runner(step: Callable, state, batch) -> Callable[[], dict]:
+    """A call that runs one update of ``step(state, batch) -> (state, metrics)`` from the state
+    the previous call left (the step donates its state) and returns its metrics."""
+    holder = {"state": state}
 
     def run():
         holder["state"], metrics = step(holder["state"], batch)
         return metrics
 
+    return run
+
+
+def ours_step(cfg, params, batch_np, repeats: int, variant: str = "current"
+              ) -> tuple[float, float]:
+    """(seconds per update, first-batch policy loss) of make_pg_step on one device."""
+    step, state, batch = compiled_pg_step(cfg, params, batch_np, variant)
+    run = update_runner(step, jax.tree.map(jnp.copy, state), batch)  # a copy: it is donated
     loss = float(run()["pg/policy_loss"])  # also the warm-up
     seconds = time_best(run, repeats, jax.block_until_ready, warmup=False)
     return seconds, loss
@@ -351,12 +358,11 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
         step, state, dev_batch = compiled_pg_step(vcfg, jax.tree.map(jnp.copy, params),
                                                   batch_np, **kind)
         temp[variant] = step.memory_analysis().temp_size_in_bytes
-        holder = {"state": state}
+        update = update_runner(step, state, dev_batch)
 
-        def run(step=step, holder=holder, dev_batch=dev_batch, variant=variant):
+        def run(update=update, variant=variant):
             start = host_memory.minor_faults()
-            holder["state"], metrics = step(holder["state"], dev_batch)
-            jax.block_until_ready(metrics)
+            metrics = jax.block_until_ready(update())
             faults[variant].append(host_memory.minor_faults() - start)
             return metrics
 
