@@ -7,13 +7,17 @@ run's (a prompt of about half the row, then the candidate commands, 2-6 tokens e
 ``--compare=unroll``: the reference is ``scan_unroll=1`` (a rolled ``nn.scan`` over layers), the
 variant ``scan_unroll=num_layers``. ``--compare=saved_activations``: the reference keeps every
 activation for the backward pass (``saved_activations="everything"``), the variant the config's
-``"projections"``. Both are timed interleaved (ref, variant, ref, ...) in this process, same
-params, same batch, and the first-step losses are printed so the reader can see they compute
-the same thing.
+``"projections"``. ``--compare=attention_blocks``: the reference is one
+``jax.nn.dot_product_attention`` over the whole row (``attention_blocks=1``), the variant the
+config's causal query blocks. Both are timed interleaved (ref, variant, ref, ...) in this
+process, same params, same batch, and the first-step losses are printed so the reader can see
+they compute the same thing. The process keeps freed host memory as the experiment entry points do
+(``--no-keep_host_memory``: glibc's defaults).
 
     python -m benchmarks.score_step                 # appends a table to benchmarks/RESULTS.md
     python -m benchmarks.score_step --repeats=3 --results=''
     python -m benchmarks.score_step --compare=saved_activations
+    python -m benchmarks.score_step --compare=attention_blocks
 
 Speed is never asserted: this prints ratios.
 """
@@ -31,7 +35,7 @@ from configs import default
 from meowjax.models import config as config_lib
 from meowjax.models import lm
 from meowjax.rollout import buckets, scoring
-from meowjax.trainers import optim, score_steps
+from meowjax.trainers import host_memory, optim, score_steps
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 
@@ -57,6 +61,8 @@ COMPARES = {
     "unroll": lambda cfg: ({"scan_unroll": 1}, {"scan_unroll": cfg.num_layers}),
     "saved_activations": lambda cfg: ({"saved_activations": "everything"},
                                       {"saved_activations": "projections"}),
+    "attention_blocks": lambda cfg: ({"attention_blocks": 1},
+                                     {"attention_blocks": cfg.attention_blocks}),
 }
 
 
@@ -114,7 +120,12 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--results", default=DEFAULT_RESULTS)
     parser.add_argument("--compare", default="unroll", choices=sorted(COMPARES))
+    parser.add_argument("--keep_host_memory", action=argparse.BooleanOptionalAction,
+                        default=True, help="run with host_memory.keep_freed_memory(), as the "
+                        "experiment entry points do")
     args = parser.parse_args(argv)
+    if args.keep_host_memory:
+        host_memory.keep_freed_memory()
     print(machine_line(), flush=True)
     results = [compare(args.rows, int(L), args.repeats, args.compare)
                for L in args.lengths.split(",")]

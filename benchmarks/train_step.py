@@ -18,6 +18,8 @@ Compute efficiency, measured in the same run:
     python -m benchmarks.train_step --compare_host_memory --presets=smollm2-135m
     python -m benchmarks.train_step --compare_saved_activations --presets=smollm2-135m
     python -m benchmarks.train_step --compare_norm --presets=smollm2-135m
+    python -m benchmarks.train_step --compare_attention --presets=smollm2-135m --batch=4 \
+        --length=256
 
 The whole process runs with `meowjax.trainers.host_memory.keep_freed_memory()` (as the
 experiment entry points do; ``--no-keep_host_memory`` leaves glibc's defaults), so both sides
@@ -324,12 +326,18 @@ COMPARED = {"token_terms": "fused token_terms vs reference",
             "host_memory": "kept host memory vs glibc's default mmap / trim",
             "saved_activations": "blocks keep the projections' outputs (the rest recomputed) "
                                  "vs everything",
-            "norm": "one global norm for guard, clip and metric vs per-leaf is-finite + norms"}
+            "norm": "one global norm for guard, clip and metric vs per-leaf is-finite + norms",
+            "attention_blocks": "causal self-attention over query blocks (the keys above the "
+                                "diagonal never computed) vs one jax.nn.dot_product_attention"}
 COMPARE_FLAGS = {"token_terms": "--compare", "guard": "--compare_guard",
                  "host_memory": "--compare_host_memory",
-                 "saved_activations": "--compare_saved_activations", "norm": "--compare_norm"}
-# saved_activations: the ModelConfig.saved_activations of each variant's model.
-_SAVED = {"reference": "everything", "current": "projections"}
+                 "saved_activations": "--compare_saved_activations", "norm": "--compare_norm",
+                 "attention_blocks": "--compare_attention"}
+# saved_activations, attention_blocks: each variant's ModelConfig overrides (current: the
+# preset's defaults).
+_MODEL_VARIANTS = {"saved_activations": {"reference": {"saved_activations": "everything"},
+                                         "current": {"saved_activations": "projections"}},
+                   "attention_blocks": {"reference": {"attention_blocks": 1}, "current": {}}}
 # host_memory: the allocator setting each variant's update runs under (the compiled steps are
 # the same program).
 _HOST_MEMORY = {"reference": host_memory.restore_defaults,
@@ -340,8 +348,8 @@ _SETTLE_BLOCK = 3  # host_memory: consecutive updates per round, the first untim
 def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: str,
                         what: str = "token_terms") -> VariantResult:
     """Times the PG update with the reference and the current `what` (COMPARED: token_terms,
-    the non-finite guard, the host allocator setting, or what the decoder blocks keep for the
-    backward pass), interleaved (ref, cur, ref, cur, ...)
+    the non-finite guard, the host allocator setting, what the decoder blocks keep for the
+    backward pass, or blocked causal attention), interleaved (ref, cur, ref, cur, ...)
     so machine load hits both alike; prints one line."""
     cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
     params = lm.init_params(cfg, jax.random.key(0))
@@ -353,8 +361,7 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
         kind = {"token_terms": dict(variant=variant), "guard": dict(guard=variant),
                 "norm": dict(guard="per_leaf" if variant == "reference" else "current")
                 }.get(what, {})
-        vcfg = cfg.replace(saved_activations=_SAVED[variant]) if what == "saved_activations" \
-            else cfg
+        vcfg = cfg.replace(**_MODEL_VARIANTS.get(what, {}).get(variant, {}))
         step, state, dev_batch = compiled_pg_step(vcfg, jax.tree.map(jnp.copy, params),
                                                   batch_np, **kind)
         temp[variant] = step.memory_analysis().temp_size_in_bytes
@@ -465,6 +472,9 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     parser.add_argument("--compare_saved_activations", action="store_true",
                         help="only time the update with saved_activations='everything' vs "
                         "'projections'")
+    parser.add_argument("--compare_attention", action="store_true",
+                        help="only time the update with attention_blocks=1 (one "
+                        "jax.nn.dot_product_attention) vs the preset's causal query blocks")
     parser.add_argument("--keep_host_memory", action=argparse.BooleanOptionalAction,
                         default=True, help="run with host_memory.keep_freed_memory()")
     parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
@@ -476,7 +486,8 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
         host_memory.keep_freed_memory()
     flags = {"token_terms": args.compare, "guard": args.compare_guard,
              "host_memory": args.compare_host_memory, "norm": args.compare_norm,
-             "saved_activations": args.compare_saved_activations}
+             "saved_activations": args.compare_saved_activations,
+             "attention_blocks": args.compare_attention}
     if any(flags.values()):
         print(machine_line(), flush=True)
         what = next(k for k, on in flags.items() if on)

@@ -36,20 +36,21 @@ def test_score_step_variants_compute_the_same_loss(tmp_path, what):
     assert res["layers"] == 3 and min(res["seconds"].values()) > 0
     text = results_md.read_text()
     assert "| 4 x 256 | 3 |" in text and f"--compare={what}" in text
-    assert {"unroll": "scan_unroll=3", "saved_activations": "saved_activations=projections"}[
-        what] in text
+    assert {"unroll": "scan_unroll=3", "saved_activations": "saved_activations=projections",
+            "attention_blocks": "attention_blocks=4"}[what] in text
 
 
-@pytest.mark.parametrize("what", ["saved_activations", "norm"])
+@pytest.mark.parametrize("what", ["saved_activations", "norm", "attention_blocks"])
 def test_train_step_compare_same_loss(tmp_path, what):
     results_md = tmp_path / "RESULTS.md"
-    (res,) = train_step.main([f"--compare_{what}", "--presets=tiny", "--batch=2",
+    flag = train_step.COMPARE_FLAGS[what]
+    (res,) = train_step.main([flag, "--presets=tiny", "--batch=2",
                               "--length=64", "--repeats=1", f"--results={results_md}"])
     assert res.what == what and min(res.seconds.values()) > 0
     np.testing.assert_allclose(res.loss["current"], res.loss["reference"], rtol=1e-6)
     if what == "saved_activations":  # projections-only blocks keep less than "everything"
         assert res.temp_bytes["current"] < res.temp_bytes["reference"], res.temp_bytes
-    assert f"`benchmarks/train_step.py --compare_{what}`" in results_md.read_text()
+    assert f"`benchmarks/train_step.py {flag}`" in results_md.read_text()
 
 
 def test_make_batch_fields_match_the_pg_step_contract():

@@ -155,3 +155,37 @@ def test_saved_activations_change_memory_not_math():
     assert temp["projections"] < temp["dots"], temp  # dots also keeps the [B, H, L, S] scores
     with np.testing.assert_raises_regex(ValueError, "saved_activations='all'.*projections"):
         CFG.replace(saved_activations="all")
+
+
+def test_attention_blocks_change_speed_not_math():
+    """Causal query blocks (attention_blocks > 1) give the one-block logits and gradients on
+    padded rows and on packed scoring rows (block masks); a mask that is not causal is made so."""
+    from meowjax.rollout import scoring
+    cfg = CFG.replace(attention_blocks=1)
+    params = lm.init_params(cfg, jax.random.key(3))
+    row = scoring.pack_turn([5, 6, 7, 8, 9], [[10, 11], [12], [13, 14, 15]], max_cands=4)
+    seg, packed_pos = row["seg"][None].repeat(2, 0), row["positions"][None].repeat(2, 0)
+    tokens = row["tokens"][None].repeat(2, 0)
+    packed_mask = np.asarray(scoring.packed_attention_mask(jnp.asarray(seg),
+                                                           jnp.ones_like(jnp.asarray(seg))))
+
+    def loss(p, c):
+        free = lm.forward(p, c, TOKENS, POS, MASK)[MASK.astype(bool)]
+        packed = lm.logits_from_hidden(p, c, lm.hidden_states_masked(p, c, tokens, packed_pos,
+                                                                     packed_mask))
+        return jnp.sum(jnp.sin(free)) + jnp.sum(jnp.cos(packed))
+
+    ref = jax.jit(jax.value_and_grad(loss), static_argnums=1)(params, cfg)
+    for blocks in (2, 4, 16):
+        out = jax.jit(jax.value_and_grad(loss), static_argnums=1)(
+            params, cfg.replace(attention_blocks=blocks))
+        np.testing.assert_allclose(out[0], ref[0], rtol=1e-5)
+        for a, b in zip(jax.tree.leaves(out[1]), jax.tree.leaves(ref[1])):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+    everything = np.ones((2, 7, 7), bool)   # not causal: intersected with the causal mask
+    for c in (cfg, cfg.replace(attention_blocks=4)):
+        np.testing.assert_allclose(
+            lm.hidden_states_masked(params, c, TOKENS[1:], POS[1:], everything[1:]),
+            lm.hidden_states(params, c, TOKENS[1:], POS[1:], MASK[1:]), atol=1e-6)
+    with np.testing.assert_raises_regex(ValueError, "attention_blocks=0 must be >= 1"):
+        CFG.replace(attention_blocks=0)

@@ -50,6 +50,12 @@ class ModelConfig:
         --compare=saved_activations``; RESULTS.md).
       scan_unroll: decoder blocks per iteration of the layer scan (``nn.scan(unroll=...)``);
         unrolling a shallow model lets XLA fuse across blocks (same params, same math).
+      attention_blocks: n, the query blocks of causal self-attention without a KV cache
+        (training, scoring; `attention.causal_block_attention`): block i of ceil(L / n) rows
+        attends to the keys up to its last row only, so the key blocks above the diagonal are
+        never computed ((n + 1) / (2 n) of the scores; same math). 1: one
+        ``jax.nn.dot_product_attention`` over the whole row (the reference). Decoding through
+        the KV cache always uses the latter.
     """
 
     vocab_size: int
@@ -73,6 +79,7 @@ class ModelConfig:
     remat: bool = False
     saved_activations: str = "projections"
     scan_unroll: int = 1
+    attention_blocks: int = 4
 
     def __post_init__(self) -> None:
         if self.arch not in SUPPORTED_ARCHS:
@@ -91,6 +98,9 @@ class ModelConfig:
                              f"choose one of {SAVED_ACTIVATIONS}.")
         if self.scan_unroll < 1:
             raise ValueError(f"scan_unroll={self.scan_unroll} must be >= 1 (1: no unrolling).")
+        if self.attention_blocks < 1:
+            raise ValueError(f"attention_blocks={self.attention_blocks} must be >= 1 (1: one "
+                             "block, jax.nn.dot_product_attention over the whole row).")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE.")
 

@@ -8,7 +8,8 @@ Architecture (per block, pre-norm):
         angle = pos * [inv_freq, inv_freq];  x' = x * cos(angle) + rotate_half(x) * sin(angle),
         rotate_half([x1, x2]) = [-x2, x1].
     Attention: softmax(q k^T / sqrt(D) + mask) v in fp32, grouped-query (H query heads share
-    K kv heads), causal over *slots* and masked on padding keys.
+    K kv heads), causal over *slots* and masked on padding keys; without a KV cache computed
+    over causal query blocks (`attention.causal_block_attention`, cfg.attention_blocks).
 Logits = final_norm(x) @ W_out in fp32 (W_out = embedding^T when tied).
 
 Parameters are a plain nested dict; decoder blocks are stacked on a leading "layers" axis
@@ -26,8 +27,8 @@ Parameters are a plain nested dict; decoder blocks are stacked on a leading "lay
      "lm_head": {"kernel": [E, V]}}          # only when cfg.tie_embeddings is False
 (biases only when cfg.qkv_bias).
 
-The training forward and the KV-cache decode share one code path: `forward` is the cached path
-with the cache being just this call's keys/values.
+The training forward and the KV-cache decode share one code path (`Trunk`): without a cache the
+keys/values are just this call's, and attention runs over causal query blocks.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
+from meowjax.models import attention
 from meowjax.models.config import ModelConfig
 
 Params = dict[str, Any]
@@ -152,8 +154,12 @@ class Attention(nn.Module):
             kv = (k_all, v_all)
             keys = k_all[layer].astype(q.dtype)
             values = v_all[layer].astype(q.dtype)
-        out_BLHD = checkpoint_name(
-            jax.nn.dot_product_attention(q, keys, values, mask=mask_BLS[:, None]), "attention")
+        if kv is None and cfg.attention_blocks > 1:  # self-attention under a causal mask
+            out_BLHD = attention.causal_block_attention(q, keys, values, mask_BLS,
+                                                        cfg.attention_blocks)
+        else:
+            out_BLHD = jax.nn.dot_product_attention(q, keys, values, mask=mask_BLS[:, None])
+        out_BLHD = checkpoint_name(out_BLHD, "attention")
         out_TE = _dense(cfg, cfg.hidden_size, "o_proj", axis=(-2, -1))(
             out_BLHD.reshape(batch * length, h, d))
         return out_TE.reshape(batch, length, -1), kv
@@ -317,14 +323,17 @@ def hidden_states_masked(
 ) -> jax.Array:
     """Final hidden states [B, L, E] under an explicit attention mask.
 
-    mask_BLS[b, i, j] = True lets query i attend to key j (e.g. block masks for packed rows);
-    `hidden_states` is this with mask = causal & real(key).
+    mask_BLS[b, i, j] = True lets query i attend to key j (e.g. block masks for packed rows),
+    intersected with the causal mask (j <= i; `ModelConfig.attention_blocks` never computes the
+    keys above the diagonal); `hidden_states` is this with mask = causal & real(key).
     """
     chex.assert_rank([tokens_BL, positions_BL, mask_BLS], [2, 2, 3])
     chex.assert_equal_shape([tokens_BL, positions_BL])
     chex.assert_shape(mask_BLS, (*tokens_BL.shape, tokens_BL.shape[1]))
+    length = tokens_BL.shape[1]
+    mask_BLS = mask_BLS.astype(bool) & jnp.tril(jnp.ones((length, length), bool))[None]
     hidden, _ = _trunk_apply(
-        params, cfg, tokens_BL, positions_BL, mask_BLS.astype(bool), None, jnp.zeros((), jnp.int32)
+        params, cfg, tokens_BL, positions_BL, mask_BLS, None, jnp.zeros((), jnp.int32)
     )
     return hidden
 
