@@ -329,9 +329,10 @@ COMPARED = {"token_terms": "fused token_terms vs reference",
             "norm": "one global norm for guard, clip and metric vs per-leaf is-finite + norms",
             "attention_blocks": "causal self-attention over query blocks (the keys above the "
                                 "diagonal never computed) vs one jax.nn.dot_product_attention"}
+# The flag of each comparison (the first one given wins).
 COMPARE_FLAGS = {"token_terms": "--compare", "guard": "--compare_guard",
-                 "host_memory": "--compare_host_memory",
-                 "saved_activations": "--compare_saved_activations", "norm": "--compare_norm",
+                 "host_memory": "--compare_host_memory", "norm": "--compare_norm",
+                 "saved_activations": "--compare_saved_activations",
                  "attention_blocks": "--compare_attention"}
 # saved_activations, attention_blocks: each variant's ModelConfig overrides (current: the
 # preset's defaults).
@@ -484,10 +485,7 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     presets = [p for p in args.presets.split(",") if p]
     if args.keep_host_memory:
         host_memory.keep_freed_memory()
-    flags = {"token_terms": args.compare, "guard": args.compare_guard,
-             "host_memory": args.compare_host_memory, "norm": args.compare_norm,
-             "saved_activations": args.compare_saved_activations,
-             "attention_blocks": args.compare_attention}
+    flags = {what: getattr(args, flag.lstrip("-")) for what, flag in COMPARE_FLAGS.items()}
     if any(flags.values()):
         print(machine_line(), flush=True)
         what = next(k for k, on in flags.items() if on)

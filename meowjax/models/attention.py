@@ -70,16 +70,13 @@ def causal_block_attention(q_BLHD: jax.Array, k_BLKD: jax.Array, v_BLKD: jax.Arr
     length = q_BLHD.shape[1]
     chex.assert_shape(mask_BLL, (q_BLHD.shape[0], length, length))
     bounds = block_bounds(length, blocks)
-    if len(bounds) == 1:
-        return grouped_attention(q_BLHD, k_BLKD, v_BLKD, mask_BLL)
     # Disjoint pieces (split / concatenate), not overlapping slices: the backward pass then
     # adds same-shaped block gradients instead of zero-padding every block to [B, L, ...].
+    # (One block: the split and the concatenations are no-ops.)
     cuts = [e for _, e in bounds[:-1]]
     q_blocks = jnp.split(q_BLHD, cuts, axis=1)
     k_blocks, v_blocks = jnp.split(k_BLKD, cuts, axis=1), jnp.split(v_BLKD, cuts, axis=1)
-    outs = []
-    for i, (a, e) in enumerate(bounds):
-        keys = k_blocks[0] if i == 0 else jnp.concatenate(k_blocks[:i + 1], axis=1)
-        values = v_blocks[0] if i == 0 else jnp.concatenate(v_blocks[:i + 1], axis=1)
-        outs.append(grouped_attention(q_blocks[i], keys, values, mask_BLL[:, a:e, :e]))
+    outs = [grouped_attention(q_blocks[i], jnp.concatenate(k_blocks[:i + 1], axis=1),
+                              jnp.concatenate(v_blocks[:i + 1], axis=1), mask_BLL[:, a:e, :e])
+            for i, (a, e) in enumerate(bounds)]
     return jnp.concatenate(outs, axis=1)

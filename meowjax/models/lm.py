@@ -311,10 +311,8 @@ def hidden_states(
 ) -> jax.Array:
     """Final (normed) hidden states [B, L, E] of a padded batch (mask 1 = real token)."""
     _check_tokens(tokens_BL, positions_BL, mask_BL)
-    length = tokens_BL.shape[1]
-    causal_LL = jnp.tril(jnp.ones((length, length), bool))
-    mask_BLS = causal_LL[None] & (mask_BL[:, None, :] > 0)
-    return hidden_states_masked(params, cfg, tokens_BL, positions_BL, mask_BLS)
+    real_BLS = jnp.broadcast_to(mask_BL[:, None, :] > 0, (*mask_BL.shape, mask_BL.shape[1]))
+    return hidden_states_masked(params, cfg, tokens_BL, positions_BL, real_BLS)  # & causal
 
 
 def hidden_states_masked(
