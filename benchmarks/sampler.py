@@ -13,6 +13,8 @@ Before/after (no transformers; random weights; both variants timed interleaved):
         --prompt_len=256 --new_tokens=16          # last-slot vs all-slot prefill
     python -m benchmarks.sampler --greedy_compare --presets=tiny,smollm2-135m \
         --batch=16 --prompt_len=64 --new_tokens=64  # greedy branch vs always-sample step
+    python -m benchmarks.sampler --argmax_compare --presets=tiny,smollm2-135m \
+        --batch=16 --prompt_len=64 --new_tokens=64  # max + first index vs jnp.argmax
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import transformers
 
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
-from meowjax.rollout.sampler import Sampler, _top_p_filter
+from meowjax.rollout.sampler import Sampler, _top_p_filter, sample_tokens
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 
@@ -69,11 +71,34 @@ class AlwaysSampleSampler(Sampler):
     sample_fn = staticmethod(always_sample_tokens)
 
 
+def argmax_sample_tokens(logits_BV, rng, temperature, top_p, greedy):
+    """The reference ("before") greedy step: ``jnp.argmax`` (one (value, index) reduction)
+    and the target's entry of a [B, V] log_softmax; the sampled branch as `sample_tokens`."""
+    logits_BV = logits_BV.astype(jnp.float32)
+
+    def greedy_step(x_BV):
+        token_B = jnp.argmax(x_BV, axis=-1).astype(jnp.int32)
+        logp_B = jnp.take_along_axis(jax.nn.log_softmax(x_BV, axis=-1), token_B[:, None],
+                                     axis=-1)[:, 0]
+        return token_B, logp_B, logp_B
+
+    sampled_step = lambda x_BV: sample_tokens(x_BV, rng, temperature, top_p, jnp.bool_(False))
+    return jax.lax.cond(greedy, greedy_step, sampled_step, logits_BV)
+
+
+class ArgmaxSampler(Sampler):
+    """The reference ("before") decode loop: `argmax_sample_tokens` at every step."""
+
+    sample_fn = staticmethod(argmax_sample_tokens)
+
+
 COMPARISONS = {
     "prefill": dict(reference=AllLogitsPrefillSampler, what="prefill: last-slot LM head vs "
                     "all-slot", flag="--prefill_compare"),
     "greedy": dict(reference=AlwaysSampleSampler, what="greedy decode: greedy branch vs "
                    "always-sample step", flag="--greedy_compare"),
+    "argmax": dict(reference=ArgmaxSampler, what="greedy decode: max + first-index argmax vs "
+                   "jnp.argmax", flag="--argmax_compare"),
 }
 
 
@@ -234,12 +259,15 @@ def main() -> None:
                         help="only compare last-slot vs all-slot prefill on random --presets")
     parser.add_argument("--greedy_compare", action="store_true",
                         help="only compare the greedy branch vs the always-sample step")
+    parser.add_argument("--argmax_compare", action="store_true",
+                        help="only compare the greedy step's argmax vs jnp.argmax")
     parser.add_argument("--presets", default="tiny,smollm2-135m")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")
     args = parser.parse_args()
-    if args.prefill_compare or args.greedy_compare:
-        kind = "prefill" if args.prefill_compare else "greedy"
+    kinds = [kind for kind in COMPARISONS if getattr(args, f"{kind}_compare")]
+    if kinds:
+        kind = kinds[0]
         results = [compare_samplers(p, args.batch, args.prompt_len, args.new_tokens, args.repeats,
                                    kind) for p in args.presets.split(",") if p]
         if args.results:

@@ -178,3 +178,32 @@ def test_greedy_branch_equals_the_always_sample_step():
     first = step(logits_BV, jax.random.key(11), jnp.float32(1.3), jnp.float32(1.0),
                  jnp.bool_(False))[0]
     assert not np.array_equal(other, first)
+
+
+def test_first_argmax_is_the_first_maximum_like_jnp_argmax():
+    """Ties go to the first index, a NaN counts as the maximum (as in np/jnp.argmax), an all
+    -inf row gives 0; the max is returned too. Then the greedy step built on it gives the same
+    tokens and bit-identical log-probs as jnp.argmax + log_softmax (benchmarks' reference)."""
+    from benchmarks.sampler import argmax_sample_tokens
+    from meowjax.rollout.sampler import first_argmax, sample_tokens
+
+    x_BV = np.array([[1.0, 3.0, 3.0, 2.0],
+                     [np.nan, 5.0, np.nan, 1.0],
+                     [0.0, 1.0, np.nan, 9.0],
+                     [-np.inf, -np.inf, -np.inf, -np.inf],
+                     [-np.inf, np.inf, 0.0, np.inf],
+                     [-2.0, -1.0, -1.5, -1.0]], np.float32)
+    token_B, max_B = jax.jit(first_argmax)(jnp.asarray(x_BV))
+    np.testing.assert_array_equal(token_B, [1, 0, 2, 0, 1, 1])
+    np.testing.assert_array_equal(token_B, np.argmax(x_BV, -1))
+    np.testing.assert_array_equal(token_B, jnp.argmax(jnp.asarray(x_BV), -1))
+    np.testing.assert_array_equal(max_B, np.max(x_BV, -1))
+
+    logits_BV = jax.random.normal(jax.random.key(5), (6, 300)) * 3.0
+    args = (jax.random.key(1), jnp.float32(1.0), jnp.float32(1.0), jnp.bool_(True))
+    got, want = jax.jit(sample_tokens)(logits_BV, *args), jax.jit(argmax_sample_tokens)(
+        logits_BV, *args)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(
+        got[1], jax.nn.log_softmax(logits_BV)[np.arange(6), np.asarray(got[0])], atol=1e-6)

@@ -61,6 +61,21 @@ def _top_p_filter(logp_V: jax.Array, top_p: jax.Array) -> jax.Array:
     return jnp.where(logp_V >= threshold, logp_V, -jnp.inf)
 
 
+def first_argmax(x_BV: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(token_B, max_B): ``jnp.argmax(x, -1)`` (the first maximum; a NaN counts as the maximum,
+    as in ``jnp.argmax``) and the row maximum, from two single-output reductions
+
+        m = max_v x_v,   token = min {v : x_v = m or x_v is NaN}
+
+    instead of ``jnp.argmax``'s one (value, index) reduction, which XLA:CPU runs element by
+    element (`benchmarks/sampler.py --argmax_compare`)."""
+    chex.assert_rank(x_BV, 2)
+    max_B1 = jnp.max(x_BV, axis=-1, keepdims=True)
+    iota_BV = jax.lax.broadcasted_iota(jnp.int32, x_BV.shape, 1)
+    hit_BV = (x_BV == max_B1) | jnp.isnan(x_BV)
+    return jnp.min(jnp.where(hit_BV, iota_BV, x_BV.shape[-1]), axis=-1), max_B1[:, 0]
+
+
 def sample_tokens(
     logits_BV: jax.Array, rng: jax.Array, temperature: jax.Array, top_p: jax.Array,
     greedy: jax.Array,
@@ -71,15 +86,17 @@ def sample_tokens(
     pays for one argmax and one log_softmax over [B, V] only: no temperature-scaled
     log_softmax, top-p sort or Gumbel noise of B x V random numbers (what the sampled branch
     needs; 14% of a SmolLM2-135M decode step on CPU, ``benchmarks/sampler.py
-    --greedy_compare``). Greedy: token = argmax(logits), logp = logp_raw (temperature 1).
+    --greedy_compare``). Greedy: token = argmax(logits) (`first_argmax`), and
+    logp = logp_raw = logits[token] - logsumexp(logits) = -log sum_v exp(logits_v - max), as
+    the target is the max (temperature 1).
     """
     chex.assert_rank(logits_BV, 2)
     logits_BV = logits_BV.astype(jnp.float32)
     pick = lambda x_BV, token_B: jnp.take_along_axis(x_BV, token_B[:, None], axis=-1)[:, 0]
 
     def greedy_step(logits_BV):
-        token_B = jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
-        logp_B = pick(jax.nn.log_softmax(logits_BV, axis=-1), token_B)
+        token_B, max_B = first_argmax(logits_BV)
+        logp_B = -jnp.log(jnp.sum(jnp.exp(logits_BV - max_B[:, None]), axis=-1))
         return token_B, logp_B, logp_B
 
     def sampled_step(logits_BV):
