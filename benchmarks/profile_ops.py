@@ -95,8 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--new_tokens", type=int, default=64, help="generate: decode steps")
     parser.add_argument("--calls", type=int, default=2, help="traced calls")
     parser.add_argument("--top", type=int, default=15, help="rows per table")
-    parser.add_argument("--keep_host_memory", action=argparse.BooleanOptionalAction,
-                        default=True, help="run with host_memory.keep_freed_memory()")
+    host_memory.add_argparse_flag(parser)
     args = parser.parse_args(argv)
     if args.keep_host_memory:
         host_memory.keep_freed_memory()

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import os
-import platform
 import tempfile
 import time
 
@@ -35,6 +33,8 @@ import transformers
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
 from meowjax.rollout.sampler import Sampler, _top_p_filter, sample_tokens
+from benchmarks.train_step import machine_line
+from meowjax.trainers import host_memory
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
 
@@ -157,13 +157,11 @@ def bench_folder(folder: str, name: str, batch: int, prompt_len: int, new_tokens
 
 def generate_table(results: list[dict], note: str = "") -> str:
     """The section appended to RESULTS.md by a plain (non --prefill_compare) run."""
-    dev = jax.devices()[0]
     lines = [f"\n### Sampler vs transformers `generate` (`benchmarks/sampler.py`) {note}".rstrip(),
-             "", f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} "
-             f"on {dev.platform} ({dev.device_kind}), torch {torch.__version__} "
-             f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, "
-             f"{datetime.date.today().isoformat()}. fp32, greedy, KV cache on both sides, no "
-             "early stop; best of the repeats, each side warmed up first.", "",
+             "", f"Machine: {machine_line()}, torch {torch.__version__} "
+             f"({torch.get_num_threads()} threads), transformers {transformers.__version__}. "
+             "fp32, greedy, KV cache on both sides, no early stop; best of the repeats, each "
+             "side warmed up first.", "",
              "| model | params | B x prompt | new tokens | meowjax tok/s | generate tok/s | ratio "
              "| greedy tokens agree |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -223,12 +221,9 @@ def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, 
 
 def compare_table(results: list[dict], note: str = "") -> str:
     """The before/after section appended to RESULTS.md by --prefill_compare / --greedy_compare."""
-    dev = jax.devices()[0]
     cmp = COMPARISONS[results[0].get("kind", "prefill")]
     lines = [f"\n### Sampler {cmp['what']} (`benchmarks/sampler.py {cmp['flag']}`) "
-             f"{note}".rstrip(), "",
-             f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
-             f"{dev.platform} ({dev.device_kind}), {datetime.date.today().isoformat()}. "
+             f"{note}".rstrip(), "", f"Machine: {machine_line()}. "
              "Random weights, greedy, ragged prompts left-padded to P.", "",
              "| preset | B x P | prefill s reference / current | speedup | temp MiB reference / "
              "current | generate T s reference / current | speedup | tokens equal |",
@@ -264,7 +259,10 @@ def main() -> None:
     parser.add_argument("--presets", default="tiny,smollm2-135m")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")
+    host_memory.add_argparse_flag(parser)
     args = parser.parse_args()
+    if args.keep_host_memory:
+        host_memory.keep_freed_memory()
     kinds = [kind for kind in COMPARISONS if getattr(args, f"{kind}_compare")]
     if kinds:
         kind = kinds[0]

@@ -120,9 +120,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--results", default=DEFAULT_RESULTS)
     parser.add_argument("--compare", default="unroll", choices=sorted(COMPARES))
-    parser.add_argument("--keep_host_memory", action=argparse.BooleanOptionalAction,
-                        default=True, help="run with host_memory.keep_freed_memory(), as the "
-                        "experiment entry points do")
+    host_memory.add_argparse_flag(parser)
     args = parser.parse_args(argv)
     if args.keep_host_memory:
         host_memory.keep_freed_memory()

@@ -476,8 +476,7 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     parser.add_argument("--compare_attention", action="store_true",
                         help="only time the update with attention_blocks=1 (one "
                         "jax.nn.dot_product_attention) vs the preset's causal query blocks")
-    parser.add_argument("--keep_host_memory", action=argparse.BooleanOptionalAction,
-                        default=True, help="run with host_memory.keep_freed_memory()")
+    host_memory.add_argparse_flag(parser)
     parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")

@@ -102,3 +102,13 @@ def test_memory_metrics_see_a_touched_allocation():
     assert 200 * 2**20 < grown < 320 * 2**20, grown
     m = out["metrics"]
     assert m["perf/peak_rss_gib"] >= m["perf/rss_gib"] >= out["after"] / 2**30 - 0.01
+
+
+def test_argparse_flag_defaults_on_and_can_be_turned_off():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    host_memory.add_argparse_flag(parser)
+    assert parser.parse_args([]).keep_host_memory is True
+    assert parser.parse_args(["--no-keep_host_memory"]).keep_host_memory is False
+    assert parser.parse_args(["--keep_host_memory"]).keep_host_memory is True

@@ -78,6 +78,17 @@ def keep_freed_memory() -> bool:
     return True
 
 
+def add_argparse_flag(parser) -> None:
+    """Adds ``--keep_host_memory`` / ``--no-keep_host_memory`` (default on) to an argparse
+    parser: the benchmark scripts' copy of the entry points' absl flag. The script then calls
+    ``keep_freed_memory()`` when it is set, before its first computation."""
+    import argparse
+
+    parser.add_argument("--keep_host_memory", action=argparse.BooleanOptionalAction,
+                        default=True, help="run with host_memory.keep_freed_memory(), as the "
+                        "experiment entry points do (--no-keep_host_memory: glibc's defaults)")
+
+
 def is_kept() -> bool:
     """Whether ``keep_freed_memory`` is in effect (and not undone by ``restore_defaults``)."""
     return _STATE["kept"]
