@@ -30,10 +30,10 @@ import numpy as np
 import torch
 import transformers
 
+from benchmarks.train_step import machine_line
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
 from meowjax.rollout.sampler import Sampler, _top_p_filter, sample_tokens
-from benchmarks.train_step import machine_line
 from meowjax.trainers import host_memory
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
@@ -220,7 +220,7 @@ def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, 
 
 
 def compare_table(results: list[dict], note: str = "") -> str:
-    """The before/after section appended to RESULTS.md by --prefill_compare / --greedy_compare."""
+    """The before/after section appended to RESULTS.md by a --<kind>_compare run."""
     cmp = COMPARISONS[results[0].get("kind", "prefill")]
     lines = [f"\n### Sampler {cmp['what']} (`benchmarks/sampler.py {cmp['flag']}`) "
              f"{note}".rstrip(), "", f"Machine: {machine_line()}. "
