@@ -441,6 +441,10 @@ def markdown_table(results: list[StepResult], peak: float, note: str = "") -> st
     return "\n".join(lines) + "\n"
 
 
+# Flags that change what a plain run's table measures (not how it is timed or reported).
+_TABLE_SETTINGS = ("dtype", "remat", "scan_unroll", "saved_activations", "token_terms", "device")
+
+
 def main(argv: list[str] | None = None) -> list[StepResult]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="tiny,smollm2-135m",
@@ -501,9 +505,14 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                             not args.no_torch, args.device, peak, args.token_terms, args.remat,
                             args.scan_unroll, args.saved_activations)
                for p in presets]
+    # The model / loss settings that differ from the defaults name the table, so two runs that
+    # differ only in them cannot be mistaken for one another.
+    changed = [f"--{k}={getattr(args, k)}" for k in _TABLE_SETTINGS
+               if getattr(args, k) != parser.get_default(k)]
+    note = " ".join(([f"({', '.join(changed)})"] if changed else []) + [args.note]).strip()
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:
-            f.write(markdown_table(results, peak, args.note))
+            f.write(markdown_table(results, peak, note))
     return results
 
 

@@ -23,6 +23,12 @@ def test_train_step_tiny_matches_torch_loss_and_writes_table(tmp_path, capsys):
     assert "ratio" in capsys.readouterr().out
     table = results_md.read_text()
     assert "| preset | params | B x L |" in table and "| tiny | 0.1M | 2 x 16 | float32 |" in table
+    assert "### Training step (`benchmarks/train_step.py`)\n" in table  # defaults: no settings
+    train_step.main(["--presets=tiny", "--batch=2", "--length=16", "--repeats=1", "--no_torch",
+                     "--peak_n=128", f"--results={results_md}", "--no-keep_host_memory",
+                     "--scan_unroll=2", "--note=probe"])
+    heading = results_md.read_text().split("### Training step")[-1].splitlines()[0]
+    assert heading == " (`benchmarks/train_step.py`) (--scan_unroll=2) probe", heading
 
 
 @pytest.mark.parametrize("what", sorted(score_step.COMPARES))
