@@ -61,8 +61,27 @@ def _spec(c, split: str, num: int, hard: bool) -> textworld_games.GameSetSpec:
 
 
 def difficulty_name(c: ml_collections.ConfigDict, hard: bool) -> str:
-    """The TextWorld game-set name of the training (or harder) difficulty, e.g. "w2-o3-q4"."""
+    """The name of the training (or harder) difficulty in reports: a TextWorld game-set name
+    ("w2-o3-q4"), a code-repair tier ("code-repair tier 1") or an ALFWorld split of the eval
+    sets ("ALFWorld test", "ALFWorld valid_unseen")."""
+    if c.env.family == "swe":
+        return f"code-repair tier {_swe_tier(c.games, hard)}"
+    if c.env.family == "alfworld":
+        return f"ALFWorld {_alfworld_eval_split(c.games, hard)}"
     return _spec(c, "train", 0, hard).name
+
+
+def _swe_tier(g: ml_collections.ConfigDict, hard: bool) -> int:
+    """The code-repair tier of the training difficulty (games.level) or the next one (of 3)."""
+    return min(g.level + 1, 3) if hard else g.level
+
+
+def _alfworld_eval_split(g: ml_collections.ConfigDict, hard: bool) -> str:
+    """ALFWorld's held-out split: seen rooms (valid_seen while tuning, else test) or, harder,
+    the unseen rooms."""
+    if hard:
+        return "valid_unseen"
+    return "valid_seen" if g.eval_split == "valid" else "test"
 
 
 def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
@@ -107,15 +126,15 @@ def _other_family_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
         from meowjax.envs.swe import tasks as swe_tasks
         plan = {"train": ("train", g.num_train, g.level), "sft": ("sft", g.num_sft, g.level),
                 "eval": (g.eval_split, g.num_eval, g.level),
-                "eval_hard": (g.eval_split, g.num_eval_hard, min(g.level + 1, 3))}
+                "eval_hard": (g.eval_split, g.num_eval_hard, _swe_tier(g, True))}
         for name, (split, num, tier) in plan.items():
             folder = os.path.join(g.cache_dir, f"swe-tier{tier}", split)
             out[name] = swe_tasks.generate_tasks(folder, tier, split, num) if num else []
     elif c.env.family == "alfworld":
         from meowjax.envs import alfworld_gen
         plan = {"train": ("train", g.num_train), "sft": ("sft", g.num_sft),
-                "eval": ("valid_seen" if g.eval_split == "valid" else "test", g.num_eval),
-                "eval_hard": ("valid_unseen", g.num_eval_hard)}
+                "eval": (_alfworld_eval_split(g, False), g.num_eval),
+                "eval_hard": (_alfworld_eval_split(g, True), g.num_eval_hard)}
         for name, (split, num) in plan.items():
             per_type = -(-num // len(alfworld_gen.TASK_TYPES))
             out[name] = (alfworld_gen.generate_alfworld_games(
