@@ -52,5 +52,6 @@ def get_config(arg=None):
                             hard_nb_objects=3, hard_quest_length=3, eval_split="valid"))
         c.eval.update(dict(num_samples=2, pass_ks=(1, 2), pass_ts=(2, 4)))
         c.turns.update(dict(max_turns=4, eval_max_turns=4))
+        c.rollout.tasks_per_iter = 2   # of its 2 training games (RL iterations draw distinct ones)
     c.lock()
     return c

@@ -30,7 +30,7 @@ def get_config(arg=None):
     c.rl.update(dict(estimator="gae", epochs=1, minibatch_rows=4))
     c.eval.update(dict(every_iters=0, num_samples=2, pass_ks=(1, 2), pass_ts=(4, 6)))
     if arg.smoke:
-        c.games.update(dict(num_train=2, num_sft=2, num_eval=2, num_eval_hard=1))
+        c.games.update(dict(num_train=4, num_sft=2, num_eval=2, num_eval_hard=1))
         c.budget.update(dict(total_episodes=32, sft_share=0.5))   # 2 demos, 2 RL iterations
         c.model.update(dict(preset="tiny", vocab_size=600))
         c.model.overrides = {}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from meowjax.trainers import loop
+from meowjax.trainers import data, loop
 from meowjax.trainers.score_trainer import ScoreTrainer
 from meowjax.trainers.text_trainer import TextTrainer
 
@@ -176,5 +176,15 @@ def test_configs_load_and_reject_unknown_keys():
             c = mod.get_config(arg)
             with pytest.raises(AttributeError, match="no_such_field"):
                 c.rl.no_such_field = 1
+            data.budget_plan(c)  # its budget fits its game counts (swe_tiny's smoke did not)
     with pytest.raises(ValueError, match="Unknown config arg 'smok'"):
         default.get_config("smok=True")
+    c = default.get_config("smoke=True")
+    c.unlock()
+    c.rollout.tasks_per_iter = c.games.num_train + c.games.num_train_hard + 1
+    with pytest.raises(ValueError, match=r"rollout.tasks_per_iter=\d+ distinct tasks per RL "
+                       r"iteration, but the RL pool has \d+ \(games.num_train="):
+        data.budget_plan(c)
+    c.budget.sft_share = 1.0       # no RL episodes: no pool needed
+    c.games.num_sft = 10 ** 6
+    data.budget_plan(c)

@@ -23,15 +23,25 @@ def budget_plan(c: ml_collections.ConfigDict) -> dict[str, int]:
 
     sft_demos = share * total / demo_cost   (one demonstration costs demo_cost episodes),
     rl_episodes = (1 - share) * total.
+    Checked before any game is built: the demonstrations fit games.num_sft, and an RL
+    iteration's rollout.tasks_per_iter distinct tasks fit the RL pool (games.num_train +
+    games.num_train_hard).
     """
-    b = c.budget
+    b, g = c.budget, c.games
     if not 0.0 <= b.sft_share <= 1.0:
         raise ValueError(f"budget.sft_share={b.sft_share} must be in [0, 1].")
     demos = int(round(b.sft_share * b.total_episodes / b.sft_demo_cost))
-    if demos > c.games.num_sft:
+    if demos > g.num_sft:
         raise ValueError(f"The budget asks for {demos} SFT demonstrations but games.num_sft="
-                         f"{c.games.num_sft}; raise games.num_sft or lower budget.sft_share.")
-    return {"sft_demos": demos, "rl_episodes": int(round((1 - b.sft_share) * b.total_episodes))}
+                         f"{g.num_sft}; raise games.num_sft or lower budget.sft_share.")
+    rl_episodes = int(round((1 - b.sft_share) * b.total_episodes))
+    pool = g.num_train + g.num_train_hard
+    if rl_episodes and c.rollout.tasks_per_iter > pool:
+        raise ValueError(
+            f"rollout.tasks_per_iter={c.rollout.tasks_per_iter} distinct tasks per RL iteration, "
+            f"but the RL pool has {pool} (games.num_train={g.num_train} + games.num_train_hard="
+            f"{g.num_train_hard}); lower rollout.tasks_per_iter or raise games.num_train.")
+    return {"sft_demos": demos, "rl_episodes": rl_episodes}
 
 
 def env_spec(c: ml_collections.ConfigDict, *, admissible: bool) -> EnvSpec:
