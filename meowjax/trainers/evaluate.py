@@ -105,9 +105,11 @@ class Agent:
 
 
 def eval_config(c: ml_collections.ConfigDict, **model: Any) -> ml_collections.ConfigDict:
-    """A copy of the run's config that builds the trainer without SFT data (no demos needed)."""
+    """A copy of the run's config that builds the trainer without SFT data or an RL pool: no
+    training budget (no demos, no RL iterations), no training games."""
     c = ml_collections.ConfigDict(c.to_dict())
     c.budget.sft_share = 0.0
+    c.budget.total_episodes = 0
     c.games.num_sft = 0
     c.games.num_train = 0
     c.games.num_train_hard = 0
