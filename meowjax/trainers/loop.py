@@ -17,6 +17,7 @@ run does.
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import signal
 import time
@@ -67,6 +68,24 @@ def success_summary(views: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "mean_turns": turns / max(1, n),
             "invalid_rate": sum(v["invalid"] for v in views) / max(1, turns),
             "per_game": {str(v["task_id"]): bool(v["won"]) for v in views}}
+
+
+@functools.partial(jax.jit, static_argnames=("name", "gamma", "lam", "use_std", "whiten"))
+def _advantages(inputs: estimators.EstimatorInputs, *, name: str, gamma: float, lam: float,
+                use_std: bool, whiten: bool):
+    """(adv_BL, returns_BL) of an RL iteration's rows, optionally whitened over agent tokens:
+    one compiled program per batch shape (eagerly, each of the estimator's ops compiled)."""
+    adv_BL, ret_BL = estimators.compute_advantages(name, inputs, gamma=gamma, lam=lam,
+                                                   use_std=use_std)
+    if whiten:
+        adv_BL = reduce.masked_whiten(adv_BL, inputs.mask_BL, inputs.row_weight_B)
+    return adv_BL, ret_BL
+
+
+@jax.jit
+def _copy_tree(tree):
+    """A copy of every leaf (new buffers), in one compiled program."""
+    return jax.tree.map(jnp.copy, tree)
 
 
 class AgentTrainer(abc.ABC):
@@ -198,12 +217,23 @@ class AgentTrainer(abc.ABC):
     def _abstract_state(self, rl: bool):
         return jax.eval_shape(lambda: self._new_state(self.init_params(jax.random.key(0)), rl))
 
+    def _placed_state(self, params, rl: bool):
+        """A fresh TrainState on its shardings, built by one compiled program (eagerly, every
+        optimizer moment of a new shape was its own small compile)."""
+        phase = RL if rl else SFT
+
+        def new_state(p):
+            return self._new_state(p, rl)
+
+        new_state.__name__ = f"new_{phase}_state"   # its name in compile logs and counts
+        return jax.jit(new_state, out_shardings=self.shardings[phase].state)(params)
+
     def _sft_state(self):
         params = self.place.params(self.init_params(jax.random.key(self.c.seed)))
-        return jax.device_put(self._new_state(params, False), self.shardings[SFT].state)
+        return self._placed_state(params, False)
 
     def _rl_state(self, params):
-        return jax.device_put(self._new_state(params, True), self.shardings[RL].state)
+        return self._placed_state(params, True)
 
     def _save(self, state, ref, meta):
         meta["ckpt_index"] += 1
@@ -322,16 +352,15 @@ class AgentTrainer(abc.ABC):
             old = [r["old_logp"] for r in rows]
             rewards = rewards - c.rl.kl_coef * self.kl_matrix(eps, rows, old, refl)
         inputs = estimators.EstimatorInputs(
-            rewards_BL=jnp.asarray(rewards), mask_BL=jnp.asarray(mask),
-            row_weight_B=jnp.ones((len(eps),), jnp.float32),
-            values_BL=jnp.asarray(values) if self.spec.needs_critic else None,
-            turn_end_BL=jnp.asarray(turn_end),
-            group_ids_B=jnp.asarray([self.view(e)["group_id"] for e in eps], jnp.int32))
-        adv, ret = estimators.compute_advantages(
-            self.spec.name, inputs, gamma=c.rl.gamma, lam=c.rl.lam, use_std=c.rl.grpo_use_std)
-        if c.rl.whiten_advantages:
-            adv = reduce.masked_whiten(adv, inputs.mask_BL, inputs.row_weight_B)
-        adv, ret = jax.device_get((adv, ret))
+            # Host arrays: `_advantages` takes them as they are (no per-shape eager converts).
+            rewards_BL=np.asarray(rewards), mask_BL=np.asarray(mask),
+            row_weight_B=np.ones((len(eps),), np.float32),
+            values_BL=np.asarray(values) if self.spec.needs_critic else None,
+            turn_end_BL=np.asarray(turn_end),
+            group_ids_B=np.asarray([self.view(e)["group_id"] for e in eps], np.int32))
+        adv, ret = jax.device_get(_advantages(
+            inputs, name=self.spec.name, gamma=c.rl.gamma, lam=c.rl.lam,
+            use_std=c.rl.grpo_use_std, whiten=c.rl.whiten_advantages))
         self.attach(eps, rows, adv, ret, refl, vals)
         t1 = time.time()
         shuffle = host_rng(c.seed, SHUFFLE_RNG, it)
@@ -387,7 +416,7 @@ class AgentTrainer(abc.ABC):
                 meta["evals"]["start"] = self.evaluate(state.params, pool, "start",
                                                        sampled=c.eval.sample_start)
                 meta["phase"] = RL
-                ref = self.place.params(jax.tree.map(jnp.copy, state.params))  # pg_step donates
+                ref = self.place.params(_copy_tree(state.params))  # pg_step donates
                 state = self._rl_state(state.params)
                 self._save(state, ref, meta)
             while meta["phase"] == RL and meta["iteration"] < self.rl_iters:
