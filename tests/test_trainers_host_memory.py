@@ -57,11 +57,13 @@ def test_kept_memory_stops_refaulting_release_and_restore_bring_it_back():
     assert min(out["default"]) > 0.9 * _PAGES, out
     # Kept: the heap grows to its high-water mark (a few buffers, in the first calls: XLA may allocate the next
     # output before the last free lands) and then the freed pages serve every later call.
+    # On a loaded machine the mark can still rise once late (one buffer, seen in session 11 with
+    # another job running); glibc's defaults would fault about 6 buffers in these 6 calls.
     assert sum(out["keep"]) < 6.1 * _PAGES, out
-    assert sum(out["keep"][-6:]) < 0.02 * _PAGES, out
+    assert sum(out["keep"][-6:]) < 1.02 * _PAGES, out
     # Released: the free pages went back to the OS, so the first call faults again, once.
     assert out["release"][0] > 0.9 * _PAGES, out
-    assert sum(out["release"][-6:]) < 0.02 * _PAGES, out
+    assert sum(out["release"][-6:]) < 1.02 * _PAGES, out
     # Restored: the free heap top was handed back, so the next buffer faults in again.
     assert out["restore"][0] > 0.9 * _PAGES, out
 
