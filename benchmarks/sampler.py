@@ -263,7 +263,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.keep_host_memory:
         host_memory.keep_freed_memory()
-    kinds = [kind for kind in COMPARISONS if getattr(args, f"{kind}_compare")]
+    kinds = [kind for kind, cmp in COMPARISONS.items() if getattr(args, cmp["flag"].lstrip("-"))]
     if kinds:
         kind = kinds[0]
         results = [compare_samplers(p, args.batch, args.prompt_len, args.new_tokens, args.repeats,

@@ -82,8 +82,10 @@ def difficulty_name(c: ml_collections.ConfigDict, hard: bool) -> str:
 
 
 def _swe_tier(g: ml_collections.ConfigDict, hard: bool) -> int:
-    """The code-repair tier of the training difficulty (games.level) or the next one (of 3)."""
-    return min(g.level + 1, 3) if hard else g.level
+    """The code-repair tier of the training difficulty (games.level) or the next one, capped at
+    the last tier of `swe.tasks.TIERS`."""
+    from meowjax.envs.swe import tasks as swe_tasks
+    return min(g.level + 1, max(swe_tasks.TIERS)) if hard else g.level
 
 
 def _alfworld_eval_split(g: ml_collections.ConfigDict, hard: bool) -> str:

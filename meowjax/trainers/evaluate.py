@@ -108,7 +108,6 @@ def eval_config(c: ml_collections.ConfigDict, **model: Any) -> ml_collections.Co
     """A copy of the run's config that builds the trainer without SFT data or an RL pool: no
     training budget (no demos, no RL iterations), no training games."""
     c = ml_collections.ConfigDict(c.to_dict())
-    c.budget.sft_share = 0.0
     c.budget.total_episodes = 0
     c.games.num_sft = 0
     c.games.num_train = 0
