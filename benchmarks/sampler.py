@@ -15,6 +15,8 @@ Before/after (no transformers; random weights; both variants timed interleaved):
         --batch=16 --prompt_len=64 --new_tokens=64  # greedy branch vs always-sample step
     python -m benchmarks.sampler --argmax_compare --presets=tiny,smollm2-135m \
         --batch=16 --prompt_len=64 --new_tokens=64  # max + first index vs jnp.argmax
+    python -m benchmarks.sampler --decode_compare --presets=tiny,smollm2-135m \
+        --batch=16 --prompt_len=64 --new_tokens=64  # feature-major vs lm.decode_step
 """
 from __future__ import annotations
 
@@ -92,6 +94,14 @@ class ArgmaxSampler(Sampler):
     sample_fn = staticmethod(argmax_sample_tokens)
 
 
+class TokenMajorDecodeSampler(Sampler):
+    """The reference ("before") decode step: `lm.decode_step` with the training layout
+    (activations [B, E], weights [in, out]) instead of `models.decode.decode_token`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, feature_major_decode=False, **kwargs)
+
+
 COMPARISONS = {
     "prefill": dict(reference=AllLogitsPrefillSampler, what="prefill: last-slot LM head vs "
                     "all-slot", flag="--prefill_compare"),
@@ -99,6 +109,8 @@ COMPARISONS = {
                    "always-sample step", flag="--greedy_compare"),
     "argmax": dict(reference=ArgmaxSampler, what="greedy decode: max + first-index argmax vs "
                    "jnp.argmax", flag="--argmax_compare"),
+    "decode": dict(reference=TokenMajorDecodeSampler, what="decode step: feature-major "
+                   "(W_FE x_EB) vs the training layout (x_BE W_EF)", flag="--decode_compare"),
 }
 
 
@@ -256,6 +268,8 @@ def main() -> None:
                         help="only compare the greedy branch vs the always-sample step")
     parser.add_argument("--argmax_compare", action="store_true",
                         help="only compare the greedy step's argmax vs jnp.argmax")
+    parser.add_argument("--decode_compare", action="store_true",
+                        help="only compare the feature-major decode step vs lm.decode_step")
     parser.add_argument("--presets", default="tiny,smollm2-135m")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")

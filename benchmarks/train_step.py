@@ -417,11 +417,29 @@ def variants_table(results: list[VariantResult], note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def cpu_line(cpuinfo: str | None = None) -> str:
+    """The CPU model and its widest x86 vector extension, e.g. "AMD EPYC, AVX2 (no AVX-512)":
+    the dev VM has been either, and XLA's and torch's kernels differ most between the two."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return platform.processor() or "unknown CPU"
+    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    isa = ("AVX-512" if "avx512f" in flags else "AVX2 (no AVX-512)" if "avx2" in flags
+           else "no AVX2")
+    return f"{fields.get('model name', platform.processor() or 'unknown CPU')}, {isa}"
+
+
 def machine_line() -> str:
     dev = jax.devices()[0]
     memory = "kept host memory" if host_memory.is_kept() else "glibc's default host allocator"
-    return (f"{platform.platform()}, {os.cpu_count()} CPUs, jax {jax.__version__} on "
-            f"{dev.platform} ({dev.device_kind}), {memory}, {datetime.date.today().isoformat()}")
+    return (f"{platform.platform()}, {os.cpu_count()} CPUs ({cpu_line()}), jax {jax.__version__} "
+            f"on {dev.platform} ({dev.device_kind}), {memory}, "
+            f"{datetime.date.today().isoformat()}")
 
 
 def markdown_table(results: list[StepResult], peak: float, note: str = "") -> str:

@@ -241,3 +241,22 @@ def test_profile_ops_traces_a_tiny_update(capsys):
     # the update's matmuls are XLA ops of the trace (dots or YNN fusions, by the XLA build)
     assert any("dot" in k or "ynn" in k or "fusion" in k for k in out["by_kind"]), out["by_kind"]
     assert "| op kind | s per call |" in capsys.readouterr().out
+
+
+def test_sampler_decode_compare_runs_both_layouts_and_names_its_flag():
+    from benchmarks import sampler as sampler_bench
+
+    result = sampler_bench.compare_samplers("tiny", batch=2, prompt_len=8, new_tokens=4,
+                                            repeats=1, kind="decode")
+    assert result["prefill_tokens_equal"] and result["generate_tokens_equal"]
+    assert all(s > 0 for s in result["generate_s"].values())
+    table = sampler_bench.compare_table([result])
+    assert "--decode_compare" in table and "| tiny | 2 x 8 |" in table
+
+
+def test_cpu_line_names_the_widest_vector_extension():
+    info = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2\n"
+    assert train_step.cpu_line(info) == "AMD EPYC, AVX2 (no AVX-512)"
+    assert train_step.cpu_line(info.replace("avx2", "avx2 avx512f avx512bw")) == "AMD EPYC, AVX-512"
+    assert train_step.cpu_line("model name: X\nflags: sse2\n").endswith("no AVX2")
+    assert "CPUs (" in train_step.machine_line()

@@ -207,3 +207,21 @@ def test_first_argmax_is_the_first_maximum_like_jnp_argmax():
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_allclose(
         got[1], jax.nn.log_softmax(logits_BV)[np.arange(6), np.asarray(got[0])], atol=1e-6)
+
+
+def test_feature_major_decode_equals_the_training_layout_decode(params, sampler):
+    """On CPU the sampler decodes through `models.decode` by default; the `lm.decode_step`
+    loop gives the same greedy tokens and log-probs (to fp32 rounding), stops included."""
+    assert sampler.feature_major_decode  # the default on the CPU backend
+    reference = Sampler(CFG, prompt_buckets=(8, 16), batch_buckets=(1, 2, 4),
+                        max_new_tokens=STEPS, pad_id=CFG.pad_token_id, feature_major_decode=False)
+    for stop_ids in ((), (int(sampler.generate(params, PROMPTS, jax.random.key(3), greedy=True,
+                                               stop_ids=()).tokens_BT[0, 2]),)):
+        want = reference.generate(params, PROMPTS, jax.random.key(3), greedy=True,
+                                  stop_ids=stop_ids)
+        got = sampler.generate(params, PROMPTS, jax.random.key(3), greedy=True, stop_ids=stop_ids)
+        np.testing.assert_array_equal(got.tokens_BT, want.tokens_BT)
+        np.testing.assert_array_equal(got.lengths_B, want.lengths_B)
+        np.testing.assert_array_equal(got.stopped_B, want.stopped_B)
+        np.testing.assert_allclose(got.logp_BT, want.logp_BT, atol=1e-5)
+    assert want.stopped_B[0] and want.lengths_B[0] == 3

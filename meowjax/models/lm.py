@@ -351,6 +351,21 @@ def forward(
     return (logits, hidden) if return_hidden else logits
 
 
+def cache_attention_mask(cache: KVCache, mask_BL: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(mask_BLS, new_mask_BS) for L new tokens written at slots [index, index + L).
+
+        new_mask[b, s] = mask[b, s - index] on the new slots, else the cache's mask
+        mask_BLS[b, l, s] = (s <= index + l) & new_mask[b, s]
+    """
+    length, slots = mask_BL.shape[1], cache.mask_BS.shape[1]
+    new_mask_BS = jax.lax.dynamic_update_slice(
+        cache.mask_BS, mask_BL.astype(jnp.int32), (0, cache.index)
+    )
+    query_slot_L = cache.index + jnp.arange(length)
+    causal_LS = jnp.arange(slots)[None, :] <= query_slot_L[:, None]
+    return causal_LS[None] & (new_mask_BS[:, None, :] > 0), new_mask_BS
+
+
 def decode_hidden(
     params: Params, cfg: ModelConfig, tokens_BL: jax.Array, positions_BL: jax.Array,
     cache: KVCache, mask_BL: jax.Array | None = None,
@@ -367,12 +382,7 @@ def decode_hidden(
     batch, length = tokens_BL.shape
     slots = cache.mask_BS.shape[1]
     chex.assert_shape(cache.k_NBSKD, (cfg.num_layers, batch, slots, cfg.num_kv_heads, cfg.head_dim))
-    new_mask_BS = jax.lax.dynamic_update_slice(
-        cache.mask_BS, mask_BL.astype(jnp.int32), (0, cache.index)
-    )
-    query_slot_L = cache.index + jnp.arange(length)
-    causal_LS = jnp.arange(slots)[None, :] <= query_slot_L[:, None]
-    mask_BLS = causal_LS[None] & (new_mask_BS[:, None, :] > 0)
+    mask_BLS, new_mask_BS = cache_attention_mask(cache, mask_BL)
     hidden, (k_all, v_all) = _trunk_apply(
         params, cfg, tokens_BL, positions_BL, mask_BLS, (cache.k_NBSKD, cache.v_NBSKD), cache.index
     )

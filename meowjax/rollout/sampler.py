@@ -3,7 +3,9 @@
 One `generate` call = one device call per batch chunk and one host transfer of its outputs:
     prefill:   logits_0 = LM(prompt)[last slot] through the cache (prompts left-padded to a
                bucket, so the last slot is every row's last token; the head runs on it only)
-    decode:    for t < T (lax.while_loop, exits early once every row stopped):
+    decode:    for t < T (lax.while_loop, exits early once every row stopped; on CPU each step
+               runs in the feature-major layout of `models.decode`, its weights transposed once
+               per call):
                  token_t ~ top_p(softmax(logits_t / temperature))   (argmax when greedy)
                  logp_t     = log_softmax(logits_t / temperature)[token_t]   (top-p not included)
                  logp_raw_t = log_softmax(logits_t)[token_t]
@@ -23,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from meowjax.models import lm
+from meowjax.models import decode, lm
 from meowjax.models.config import ModelConfig
 
 DEFAULT_PROMPT_BUCKETS = (64, 128, 256, 512, 1024, 2048)
@@ -127,6 +129,14 @@ class Sampler:
       max_new_tokens: default number of decode steps T.
       pad_id: id emitted after a stop and used to pad prompts (default cfg.pad_token_id, else 0).
       cache_dtype: KV-cache dtype (default cfg.dtype).
+      feature_major_decode: decode steps through `models.decode.decode_token` (weights as
+        [out, in], activations as [E, B]; transposed once per call) instead of
+        `lm.decode_step`. None (default): on when JAX's backend is the CPU, where XLA runs the
+        skinny decode products twice as fast in that form (`benchmarks/sampler.py
+        --decode_compare`); accelerators keep the training layout (no second copy of the
+        weights in device memory). Costs: a transposed copy of the weights during each call,
+        and a longer compile (its layers are unrolled: SmolLM2-135M's generate compiles in
+        about 15 s instead of 4 on the dev VM).
     """
 
     # One sampling step (a class attribute so a benchmark can time another step in its place).
@@ -136,6 +146,7 @@ class Sampler:
         self, cfg: ModelConfig, *, prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
         batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS, max_new_tokens: int = 256,
         pad_id: int | None = None, cache_dtype: Any = None,
+        feature_major_decode: bool | None = None,
     ):
         if not prompt_buckets or not batch_buckets:
             raise ValueError("Sampler needs at least one prompt bucket and one batch bucket.")
@@ -145,6 +156,9 @@ class Sampler:
         self.max_new_tokens = max_new_tokens
         self.pad_id = pad_id if pad_id is not None else max(cfg.pad_token_id, 0)
         self.cache_dtype = cache_dtype
+        if feature_major_decode is None:
+            feature_major_decode = jax.default_backend() == "cpu"
+        self.feature_major_decode = bool(feature_major_decode)
         self.num_compiles = 0
         self._generate_jit = jax.jit(self._generate_device, static_argnames=("max_new_tokens",))
 
@@ -206,13 +220,21 @@ class Sampler:
             step, state, _, _, _ = carry
             return (step < max_new_tokens) & ~jnp.all(state["done_B"])
 
+        if self.feature_major_decode:
+            dparams = decode.decode_params(params, cfg)
+            decode_fn = lambda tokens_B, position_B, cache: decode.decode_token(
+                dparams, cfg, tokens_B, position_B, cache)
+        else:
+            def decode_fn(tokens_B, position_B, cache):
+                logits_B1V, cache = lm.decode_step(params, cfg, tokens_B[:, None],
+                                                   position_B[:, None], cache)
+                return logits_B1V[:, 0], cache
+
         def body(carry):
             step, state, cache, position_B, rng = carry
-            logits_B1V, cache = lm.decode_step(
-                params, cfg, state["last_B"][:, None], position_B[:, None], cache
-            )
+            logits_BV, cache = decode_fn(state["last_B"], position_B, cache)
             rng, key = jax.random.split(rng)
-            state = record(state, step, logits_B1V[:, 0], key)
+            state = record(state, step, logits_BV, key)
             return step + 1, state, cache, position_B + 1, rng
 
         next_position_B = jnp.sum(mask_BP, axis=-1).astype(jnp.int32)
