@@ -6,6 +6,7 @@ critic) of `meowjax.trainers.text_steps.make_pg_step`. The PyTorch side is `tran
 Llama/Qwen2ForCausalLM loaded from the same weights (exported with `hf_io`), the same loss
 written in torch, `clip_grad_norm_` and `torch.optim.AdamW` (b1=0.9, b2=0.95). Both losses on
 the first batch are printed so the reader can see the two sides compute the same thing.
+The two sides are timed alternately, one update each per round (`time_alternating`).
 
 Compute efficiency, measured in the same run:
     peak   = 2 n^3 / t  of an n x n fp32 (or --dtype) matmul in jnp (best of a few)
@@ -211,19 +212,33 @@ def update_runner(step: Callable, state, batch) -> Callable[[], dict]:
     return run
 
 
-def ours_step(cfg, params, batch_np, repeats: int, variant: str = "current"
-              ) -> tuple[float, float]:
-    """(seconds per update, first-batch policy loss) of make_pg_step on one device."""
+Timed = tuple[Callable[[], object], Callable[[object], object]]  # (one update, its sync)
+
+
+def ours_update(cfg, params, batch_np, variant: str = "current") -> tuple[Timed, float]:
+    """((one update of make_pg_step, sync), first-batch policy loss), compiled and warmed up."""
     step, state, batch = compiled_pg_step(cfg, params, batch_np, variant)
     run = update_runner(step, jax.tree.map(jnp.copy, state), batch)  # a copy: it is donated
     loss = float(run()["pg/policy_loss"])  # also the warm-up
-    seconds = time_best(run, repeats, jax.block_until_ready, warmup=False)
-    return seconds, loss
+    return (run, jax.block_until_ready), loss
 
 
-def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str,
-               remat: bool = False) -> tuple[float, float]:
-    """(seconds per update, first-batch policy loss) of transformers + torch.optim.AdamW."""
+def time_alternating(runs: dict[str, Timed], repeats: int) -> dict[str, float]:
+    """Best seconds per name over ``repeats`` rounds of one call each, alternating between the
+    names (ours, torch, ours, ...) so that load from other jobs on the machine hits both sides
+    alike (timed one side after the other, two runs of the same SmolLM2 update read 1.22x and
+    0.96x on the dev VM)."""
+    best = {name: float("inf") for name in runs}
+    for _ in range(repeats):
+        for name, (run, sync) in runs.items():
+            best[name] = min(best[name], time_best(run, 1, sync, warmup=False))
+    return best
+
+
+def torch_update(folder: str, batch_np, dtype: str, device: str, remat: bool = False
+                 ) -> tuple[Timed, float]:
+    """((one update of transformers + torch.optim.AdamW, sync), first-batch policy loss),
+    warmed up."""
     import torch
     import transformers
 
@@ -267,8 +282,8 @@ def torch_step(folder: str, batch_np, repeats: int, dtype: str, device: str,
 
     with torch.no_grad():
         first = float(loss_fn())
-    seconds = time_best(run, repeats, sync)
-    return seconds, first
+    sync(run())  # warm-up
+    return (run, sync), first
 
 
 def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
@@ -284,12 +299,14 @@ def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
                                 scan_unroll=scan_unroll, saved_activations=saved_activations)
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
-    t_torch = loss_torch = None
+    runs, loss_torch = {}, None
     if with_torch:
         with tempfile.TemporaryDirectory() as tmp:
             hf_io.save_hf_checkpoint(tmp, cfg.replace(dtype="float32"), params)
-            t_torch, loss_torch = torch_step(tmp, batch_np, repeats, dtype, device, remat)
-    t_ours, loss_ours = ours_step(cfg, params, batch_np, repeats, variant)
+            runs["torch"], loss_torch = torch_update(tmp, batch_np, dtype, device, remat)
+    runs["ours"], loss_ours = ours_update(cfg, params, batch_np, variant)
+    seconds = time_alternating(runs, repeats)
+    t_ours, t_torch = seconds["ours"], seconds.get("torch")
     n_tok = batch * length
     res = StepResult(preset, config_lib.num_params(cfg), batch, length, dtype, n_tok / t_ours,
                      None if t_torch is None else n_tok / t_torch, peak, loss_ours, loss_torch)

@@ -260,3 +260,12 @@ def test_cpu_line_names_the_widest_vector_extension():
     assert train_step.cpu_line(info.replace("avx2", "avx2 avx512f avx512bw")) == "AMD EPYC, AVX-512"
     assert train_step.cpu_line("model name: X\nflags: sse2\n").endswith("no AVX2")
     assert "CPUs (" in train_step.machine_line()
+
+
+def test_time_alternating_interleaves_the_sides_and_keeps_each_best():
+    calls, synced = [], []
+    runs = {name: (lambda name=name: calls.append(name) or name, synced.append)
+            for name in ("torch", "ours")}
+    best = train_step.time_alternating(runs, repeats=3)
+    assert calls == ["torch", "ours"] * 3 and synced == calls
+    assert set(best) == {"torch", "ours"} and all(0 <= s < 1 for s in best.values())
