@@ -6,7 +6,7 @@ critic) of `meowjax.trainers.text_steps.make_pg_step`. The PyTorch side is `tran
 Llama/Qwen2ForCausalLM loaded from the same weights (exported with `hf_io`), the same loss
 written in torch, `clip_grad_norm_` and `torch.optim.AdamW` (b1=0.9, b2=0.95). Both losses on
 the first batch are printed so the reader can see the two sides compute the same thing.
-The two sides are timed alternately, one update each per round (`time_alternating`).
+The two sides are timed interleaved, one update each per round (`time_interleaved`).
 
 Compute efficiency, measured in the same run:
     peak   = 2 n^3 / t  of an n x n fp32 (or --dtype) matmul in jnp (best of a few)
@@ -93,21 +93,25 @@ def time_best(fn: Callable[[], object], repeats: int, sync: Callable[[object], o
 
 
 def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int, block: int = 1,
-                     before: dict[str, Callable[[], object]] | None = None) -> dict[str, float]:
+                     before: dict[str, Callable[[], object]] | None = None,
+                     syncs: dict[str, Callable[[object], object]] | None = None
+                     ) -> dict[str, float]:
     """Best seconds per variant over ``repeats`` rounds, interleaved (a, b, a, b, ...) so machine
     load hits every variant alike. The runs must already be compiled. With ``block`` > 1 a
     round is ``before[name]()`` (untimed) then ``block`` consecutive calls of which the first
-    is not timed: for settings whose effect needs a step to settle (the host allocator's)."""
+    is not timed: for settings whose effect needs a step to settle (the host allocator's).
+    ``syncs[name]`` waits for that run's result (default ``jax.block_until_ready``; torch's
+    side passes its own)."""
     seconds = {name: float("inf") for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
+            sync = (syncs or {}).get(name, jax.block_until_ready)
             if before and name in before:
                 before[name]()
             if block > 1:
-                jax.block_until_ready(run())
+                sync(run())
             for _ in range(max(block - 1, 1)):
-                seconds[name] = min(seconds[name], time_best(run, 1, jax.block_until_ready,
-                                                             warmup=False))
+                seconds[name] = min(seconds[name], time_best(run, 1, sync, warmup=False))
     return seconds
 
 
@@ -223,18 +227,6 @@ def ours_update(cfg, params, batch_np, variant: str = "current") -> tuple[Timed,
     return (run, jax.block_until_ready), loss
 
 
-def time_alternating(runs: dict[str, Timed], repeats: int) -> dict[str, float]:
-    """Best seconds per name over ``repeats`` rounds of one call each, alternating between the
-    names (ours, torch, ours, ...) so that load from other jobs on the machine hits both sides
-    alike (timed one side after the other, two runs of the same SmolLM2 update read 1.22x and
-    0.96x on the dev VM)."""
-    best = {name: float("inf") for name in runs}
-    for _ in range(repeats):
-        for name, (run, sync) in runs.items():
-            best[name] = min(best[name], time_best(run, 1, sync, warmup=False))
-    return best
-
-
 def torch_update(folder: str, batch_np, dtype: str, device: str, remat: bool = False
                  ) -> tuple[Timed, float]:
     """((one update of transformers + torch.optim.AdamW, sync), first-batch policy loss),
@@ -299,13 +291,16 @@ def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
                                 scan_unroll=scan_unroll, saved_activations=saved_activations)
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
-    runs, loss_torch = {}, None
+    runs, syncs, loss_torch = {}, {}, None
     if with_torch:
         with tempfile.TemporaryDirectory() as tmp:
             hf_io.save_hf_checkpoint(tmp, cfg.replace(dtype="float32"), params)
-            runs["torch"], loss_torch = torch_update(tmp, batch_np, dtype, device, remat)
-    runs["ours"], loss_ours = ours_update(cfg, params, batch_np, variant)
-    seconds = time_alternating(runs, repeats)
+            (runs["torch"], syncs["torch"]), loss_torch = torch_update(tmp, batch_np, dtype,
+                                                                       device, remat)
+    (runs["ours"], syncs["ours"]), loss_ours = ours_update(cfg, params, batch_np, variant)
+    # Interleaved: timed one side after the other, two runs of the same SmolLM2 update read
+    # 1.22x and 0.96x on the dev VM, interleaved 0.95x and 0.91x.
+    seconds = time_interleaved(runs, repeats, syncs=syncs)
     t_ours, t_torch = seconds["ours"], seconds.get("torch")
     n_tok = batch * length
     res = StepResult(preset, config_lib.num_params(cfg), batch, length, dtype, n_tok / t_ours,

@@ -262,10 +262,11 @@ def test_cpu_line_names_the_widest_vector_extension():
     assert "CPUs (" in train_step.machine_line()
 
 
-def test_time_alternating_interleaves_the_sides_and_keeps_each_best():
+def test_time_interleaved_alternates_the_sides_with_their_own_syncs_and_keeps_each_best():
     calls, synced = [], []
-    runs = {name: (lambda name=name: calls.append(name) or name, synced.append)
-            for name in ("torch", "ours")}
-    best = train_step.time_alternating(runs, repeats=3)
+    names = ("torch", "ours")
+    runs = {name: (lambda name=name: calls.append(name) or name) for name in names}
+    best = train_step.time_interleaved(runs, repeats=3,
+                                       syncs={name: synced.append for name in names})
     assert calls == ["torch", "ours"] * 3 and synced == calls
     assert set(best) == {"torch", "ours"} and all(0 <= s < 1 for s in best.values())
