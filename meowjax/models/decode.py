@@ -18,7 +18,7 @@ layer scan copies each layer's slice of the stacked weights on every step):
     x_EB += Wdown_EF (silu(Wgate_FE h_EB) * Wup_FE h_EB),   h_EB = RMSNorm_E(x_EB)
     logits_BV = (W_VE RMSNorm_E(x_EB))^T                     (fp32; W_VE = embedding when tied)
 
-The same math as `lm.decode_step` (same RMSNorm module, `lm.apply_rope`, the cache write and
+The same math as `lm.decode_step` (`lm.rms_norm`, `lm.apply_rope`, `lm.write_cache` and the
 `jax.nn.dot_product_attention` of `lm.Attention`); products may sum in another order, so the
 logits agree to fp32 rounding (tests pin this against `lm.decode_step`).
 """
@@ -77,10 +77,8 @@ def decode_params(params: lm.Params, cfg: ModelConfig) -> DecodeParams:
 
 
 def _rms_norm_EB(cfg: ModelConfig, scale_E: jax.Array, x_EB: jax.Array) -> jax.Array:
-    """`lm`'s flax RMSNorm with the features on axis 0."""
-    norm = nn.RMSNorm(epsilon=cfg.rms_norm_eps, dtype=cfg.compute_dtype,
-                      param_dtype=cfg.params_dtype, reduction_axes=0, feature_axes=0)
-    return norm.apply({"params": {"scale": scale_E}}, x_EB)
+    """`lm`'s RMSNorm module with the features on axis 0."""
+    return lm.rms_norm(cfg, axis=0).apply({"params": {"scale": scale_E}}, x_EB)
 
 
 def _project(cfg: ModelConfig, w_FE: jax.Array, x_EB: jax.Array, bias_F=None) -> jax.Array:
@@ -99,7 +97,7 @@ def _project_barrier(cfg: ModelConfig, w_FE: jax.Array, x_EB: jax.Array, bias_F=
 def _block(cfg: ModelConfig, w: dict, layer: int, x_EB: jax.Array, kv: tuple, index: jax.Array,
            positions_B1: jax.Array, mask_B1S: jax.Array) -> tuple[jax.Array, tuple]:
     """One decoder block on x_EB; writes this token's key / value into slot ``index`` of layer
-    ``layer`` of the stacked caches kv = (k_NBSKD, v_NBSKD), as `lm.Attention` does."""
+    ``layer`` of the stacked caches kv = (k_NBSKD, v_NBSKD) (`lm.write_cache`)."""
     batch = x_EB.shape[1]
     h, k_heads, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     h_EB = _rms_norm_EB(cfg, w["attn_norm"], x_EB)
@@ -111,16 +109,12 @@ def _block(cfg: ModelConfig, w: dict, layer: int, x_EB: jax.Array, kv: tuple, in
     q = lm.apply_rope(heads("q", h), positions_B1, cfg.rope_theta)
     k = lm.apply_rope(heads("k", k_heads), positions_B1, cfg.rope_theta)
     v = heads("v", k_heads)
-    k_all, v_all = kv
-    start = (layer, 0, index, 0, 0)
-    k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)
-    v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), start)
-    out_B1HD = jax.nn.dot_product_attention(q, k_all[layer].astype(q.dtype),
-                                            v_all[layer].astype(q.dtype), mask=mask_B1S[:, None])
+    kv, keys, values = lm.write_cache(kv, k, v, layer, index)
+    out_B1HD = jax.nn.dot_product_attention(q, keys, values, mask=mask_B1S[:, None])
     x_EB = x_EB + _project(cfg, w["o_EF"], out_B1HD.reshape(batch, h * d).T)
     h_EB = _rms_norm_EB(cfg, w["mlp_norm"], x_EB)
     gated_FB = nn.silu(_project(cfg, w["gate_FE"], h_EB)) * _project(cfg, w["up_FE"], h_EB)
-    return x_EB + _project(cfg, w["down_EF"], gated_FB), (k_all, v_all)
+    return x_EB + _project(cfg, w["down_EF"], gated_FB), kv
 
 
 def decode_token(

@@ -120,10 +120,24 @@ def _tokens(x_BLE: jax.Array) -> jax.Array:
     return x_BLE.reshape(-1, x_BLE.shape[-1])
 
 
-def _rms_norm(cfg: ModelConfig, name: str) -> nn.RMSNorm:
+def rms_norm(cfg: ModelConfig, name: str | None = None, axis: int = -1) -> nn.RMSNorm:
+    """The model's RMSNorm module over feature axis ``axis`` (0 for `decode`'s [E, B])."""
     return nn.RMSNorm(
-        epsilon=cfg.rms_norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype, name=name
+        epsilon=cfg.rms_norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+        reduction_axes=axis, feature_axes=axis, name=name,
     )
+
+
+def write_cache(kv: tuple[jax.Array, jax.Array], k_BLKD: jax.Array, v_BLKD: jax.Array,
+                layer: int | jax.Array, index: jax.Array
+                ) -> tuple[tuple[jax.Array, jax.Array], jax.Array, jax.Array]:
+    """Writes this call's keys / values into slots [index, index + L) of layer ``layer`` of the
+    stacked caches kv = (k_NBSKD, v_NBSKD); returns (kv, that layer's keys, values) in k's dtype."""
+    k_all, v_all = kv
+    start = (layer, 0, index, 0, 0)
+    k_all = jax.lax.dynamic_update_slice(k_all, k_BLKD[None].astype(k_all.dtype), start)
+    v_all = jax.lax.dynamic_update_slice(v_all, v_BLKD[None].astype(v_all.dtype), start)
+    return (k_all, v_all), k_all[layer].astype(k_BLKD.dtype), v_all[layer].astype(k_BLKD.dtype)
 
 
 class Attention(nn.Module):
@@ -147,13 +161,7 @@ class Attention(nn.Module):
         if kv is None:
             keys, values = k, v
         else:
-            k_all, v_all = kv
-            start = (layer, 0, index, 0, 0)
-            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), start)
-            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), start)
-            kv = (k_all, v_all)
-            keys = k_all[layer].astype(q.dtype)
-            values = v_all[layer].astype(q.dtype)
+            kv, keys, values = write_cache(kv, k, v, layer, index)
         if kv is None and cfg.attention_blocks > 1:  # self-attention under a causal mask
             out_BLHD = attention.causal_block_attention(q, keys, values, mask_BLS,
                                                         cfg.attention_blocks)
@@ -189,10 +197,10 @@ class Block(nn.Module):
     def __call__(self, carry, positions_BL, mask_BLS, index):
         x, kv, layer = carry
         attn_out, kv = Attention(self.cfg, name="attn")(
-            _rms_norm(self.cfg, "attn_norm")(x), positions_BL, mask_BLS, kv, layer, index
+            rms_norm(self.cfg, "attn_norm")(x), positions_BL, mask_BLS, kv, layer, index
         )
         x = x + attn_out
-        x = x + Mlp(self.cfg, name="mlp")(_rms_norm(self.cfg, "mlp_norm")(x))
+        x = x + Mlp(self.cfg, name="mlp")(rms_norm(self.cfg, "mlp_norm")(x))
         return (x, kv, layer + 1), None
 
 
@@ -223,7 +231,7 @@ class Trunk(nn.Module):
         (x, kv, _), _ = stack(cfg, name="layers")(
             (x, kv, jnp.zeros((), jnp.int32)), positions_BL, mask_BLS, index
         )
-        return _rms_norm(cfg, "final_norm")(x), kv
+        return rms_norm(cfg, "final_norm")(x), kv
 
 
 _TRUNK_KEYS = ("embed", "layers", "final_norm")
