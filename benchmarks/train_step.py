@@ -21,6 +21,7 @@ Compute efficiency, measured in the same run:
     python -m benchmarks.train_step --compare_norm --presets=smollm2-135m
     python -m benchmarks.train_step --compare_attention --presets=smollm2-135m --batch=4 \
         --length=256
+    python -m benchmarks.train_step --compare_saved_activations --control   # + an A/A pair
 
 The whole process runs with `meowjax.trainers.host_memory.keep_freed_memory()` (as the
 experiment entry points do; ``--no-keep_host_memory`` leaves glibc's defaults), so both sides
@@ -332,6 +333,14 @@ class VariantResult:
     def speedup(self) -> float:
         return self.seconds["reference"] / self.seconds["current"]
 
+    @property
+    def control_ratio(self) -> float | None:
+        """reference / control seconds: the reference compiled twice (``--control``), so the
+        distance of this ratio from 1.00x is the run's noise (None without a control)."""
+        if "control" not in self.seconds:
+            return None
+        return self.seconds["reference"] / self.seconds["control"]
+
 
 COMPARED = {"token_terms": "fused token_terms vs reference",
             "guard": "one cond over the whole update vs optax.apply_if_finite",
@@ -359,18 +368,22 @@ _SETTLE_BLOCK = 3  # host_memory: consecutive updates per round, the first untim
 
 
 def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: str,
-                        what: str = "token_terms") -> VariantResult:
+                        what: str = "token_terms", control: bool = False) -> VariantResult:
     """Times the PG update with the reference and the current `what` (COMPARED: token_terms,
     the non-finite guard, the host allocator setting, what the decoder blocks keep for the
     backward pass, or blocked causal attention), interleaved (ref, cur, ref, cur, ...)
-    so machine load hits both alike; prints one line."""
+    so machine load hits both alike; prints one line. ``control``: the reference is also
+    compiled a second time and timed in the same rounds ("control"), an A/A pair whose ratio
+    shows how far two runs of one program read apart."""
     cfg = config_lib.get_preset(preset, dtype=dtype, param_dtype="float32")
     params = lm.init_params(cfg, jax.random.key(0))
     batch_np = make_batch(cfg, batch, length)
     runs, temp, loss = {}, {}, {}
-    faults = {"reference": [], "current": []}
+    names = ("reference", "current") + (("control",) if control else ())
+    faults = {name: [] for name in names}
     was_kept = host_memory.is_kept()
-    for variant in ("reference", "current"):
+    for name in names:
+        variant = "reference" if name == "control" else name
         kind = {"token_terms": dict(variant=variant), "guard": dict(guard=variant),
                 "norm": dict(guard="per_leaf" if variant == "reference" else "current")
                 }.get(what, {})
@@ -380,18 +393,19 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
         temp[variant] = step.memory_analysis().temp_size_in_bytes
         update = update_runner(step, state, dev_batch)
 
-        def run(update=update, variant=variant):
+        def run(update=update, name=name):
             start = host_memory.minor_faults()
             metrics = jax.block_until_ready(update())
-            faults[variant].append(host_memory.minor_faults() - start)
+            faults[name].append(host_memory.minor_faults() - start)
             return metrics
 
         if what == "host_memory":
             _HOST_MEMORY[variant]()
         loss[variant] = float(run()["pg/policy_loss"])
-        runs[variant] = run
+        runs[name] = run
     if what == "host_memory":  # rounds of updates; the first settles the heap, untimed
-        seconds = time_interleaved(runs, repeats, block=_SETTLE_BLOCK, before=_HOST_MEMORY)
+        before = {n: _HOST_MEMORY["reference" if n == "control" else n] for n in names}
+        seconds = time_interleaved(runs, repeats, block=_SETTLE_BLOCK, before=before)
         # faults[v][0] is the warm-up call; then each round's last update
         per_update = {v: float(np.median(f[1:][_SETTLE_BLOCK - 1::_SETTLE_BLOCK]))
                       for v, f in faults.items()}
@@ -403,7 +417,8 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
           f"{seconds['reference']:.3f} s, temp {temp['reference'] / 2**20:.0f} MiB, "
           f"{per_update['reference']:.0f} faults | current {seconds['current']:.3f} s, temp "
           f"{temp['current'] / 2**20:.0f} MiB, {per_update['current']:.0f} faults | speedup "
-          f"{res.speedup:.2f}x | loss {loss['reference']:.6f} / {loss['current']:.6f}", flush=True)
+          f"{res.speedup:.2f}x | loss {loss['reference']:.6f} / {loss['current']:.6f}"
+          + (f" | A/A control {res.control_ratio:.2f}x" if control else ""), flush=True)
     if what == "host_memory":  # the process's own setting again
         (host_memory.keep_freed_memory if was_kept else host_memory.restore_defaults)()
     return res
@@ -426,6 +441,12 @@ def variants_table(results: list[VariantResult], note: str = "") -> str:
             f"{r.seconds['current']:.3f} | {r.speedup:.2f}x | {mib(r.temp_bytes['reference'])} / "
             f"{mib(r.temp_bytes['current'])} | {f.get('reference', 0):.0f} / "
             f"{f.get('current', 0):.0f} | {r.loss['reference']:.6f} / {r.loss['current']:.6f} |")
+    controls = [f"{r.preset} {r.seconds['reference']:.3f} / {r.seconds['control']:.3f} s, "
+                f"{r.control_ratio:.2f}x" for r in results if r.control_ratio is not None]
+    if controls:
+        lines += ["", "A/A control (`--control`: the reference compiled twice, timed in the same "
+                  "rounds): " + "; ".join(controls) + ". A speedup no farther from 1.00x "
+                  "than that is noise."]
     return "\n".join(lines) + "\n"
 
 
@@ -510,6 +531,9 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
     parser.add_argument("--compare_attention", action="store_true",
                         help="only time the update with attention_blocks=1 (one "
                         "jax.nn.dot_product_attention) vs the preset's causal query blocks")
+    parser.add_argument("--control", action="store_true",
+                        help="with a --compare* flag: also time a second compiled copy of the "
+                        "reference in the same rounds (an A/A pair: the run's noise)")
     host_memory.add_argparse_flag(parser)
     parser.add_argument("--peak_n", type=int, default=2048, help="matmul size for the peak")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
@@ -523,7 +547,7 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
         print(machine_line(), flush=True)
         what = next(k for k, on in flags.items() if on)
         compared = [compare_variants(p, args.batch, args.length, args.repeats, args.dtype,
-                                        what) for p in presets]
+                                     what, args.control) for p in presets]
         if args.results:
             with open(args.results, "a", encoding="utf-8") as f:
                 f.write(variants_table(compared, args.note))

@@ -59,6 +59,21 @@ def test_train_step_compare_same_loss(tmp_path, what):
     assert f"`benchmarks/train_step.py {flag}`" in results_md.read_text()
 
 
+def test_train_step_compare_control_times_the_reference_twice(tmp_path):
+    results_md = tmp_path / "RESULTS.md"
+    (res,) = train_step.main(["--compare_norm", "--control", "--presets=tiny", "--batch=2",
+                              "--length=64", "--repeats=2", f"--results={results_md}"])
+    assert set(res.seconds) == {"reference", "current", "control"}
+    assert min(res.seconds.values()) > 0 and set(res.faults) == set(res.seconds)
+    assert res.control_ratio == res.seconds["reference"] / res.seconds["control"]
+    text = results_md.read_text()
+    assert f"{res.seconds['control']:.3f} s, {res.control_ratio:.2f}x" in text
+    assert "A/A control (`--control`" in text
+    (plain,) = train_step.main(["--compare_norm", "--presets=tiny", "--batch=2", "--length=64",
+                                "--repeats=1", "--results="])
+    assert plain.control_ratio is None and set(plain.seconds) == {"reference", "current"}
+
+
 def test_make_batch_fields_match_the_pg_step_contract():
     cfg = config_lib.get_preset("tiny")
     b = train_step.make_batch(cfg, 3, 5)
