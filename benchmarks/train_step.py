@@ -380,10 +380,10 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
     batch_np = make_batch(cfg, batch, length)
     runs, temp, loss = {}, {}, {}
     names = ("reference", "current") + (("control",) if control else ())
+    variant_of = {name: "reference" if name == "control" else name for name in names}
     faults = {name: [] for name in names}
     was_kept = host_memory.is_kept()
-    for name in names:
-        variant = "reference" if name == "control" else name
+    for name, variant in variant_of.items():
         kind = {"token_terms": dict(variant=variant), "guard": dict(guard=variant),
                 "norm": dict(guard="per_leaf" if variant == "reference" else "current")
                 }.get(what, {})
@@ -404,7 +404,7 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
         loss[variant] = float(run()["pg/policy_loss"])
         runs[name] = run
     if what == "host_memory":  # rounds of updates; the first settles the heap, untimed
-        before = {n: _HOST_MEMORY["reference" if n == "control" else n] for n in names}
+        before = {name: _HOST_MEMORY[variant] for name, variant in variant_of.items()}
         seconds = time_interleaved(runs, repeats, block=_SETTLE_BLOCK, before=before)
         # faults[v][0] is the warm-up call; then each round's last update
         per_update = {v: float(np.median(f[1:][_SETTLE_BLOCK - 1::_SETTLE_BLOCK]))
