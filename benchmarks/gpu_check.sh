@@ -47,13 +47,14 @@ echo "== sampler (prefill + on-device greedy decode), bf16 params and KV cache =
 timeout 100 $PY - "$PRESETS" "$DEVICE" "$SB" "$SP" "$ST" "$PEAK_N" <<'EOF' || echo "sampler failed (rc=$?)"
 import sys, time
 import jax, jax.numpy as jnp, numpy as np, torch, transformers, tempfile
-from benchmarks.train_step import matmul_peak
+from benchmarks.timing import measure_peak
 from meowjax.models import config as config_lib, hf_io, lm
 from meowjax.rollout.sampler import Sampler
 
 presets, device, B, P, T, peak_n = sys.argv[1].split(","), sys.argv[2], *map(int, sys.argv[3:])
-peak = matmul_peak(peak_n, "bfloat16")
-print(f"bf16 matmul peak {peak / 1e12:.1f} TFLOP/s")
+peak_both = measure_peak(peak_n, "bfloat16", with_torch=True, device=device)
+print(peak_both.describe())
+peak = peak_both.flops
 for preset in presets:
     cfg = config_lib.get_preset(preset, dtype="bfloat16", param_dtype="bfloat16")
     params = lm.init_params(cfg, jax.random.key(0))

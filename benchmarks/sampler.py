@@ -17,6 +17,9 @@ Before/after (no transformers; random weights; both variants timed interleaved):
         --batch=16 --prompt_len=64 --new_tokens=64  # max + first index vs jnp.argmax
     python -m benchmarks.sampler --decode_compare --presets=tiny,smollm2-135m \
         --batch=16 --prompt_len=64 --new_tokens=64  # feature-major vs lm.decode_step
+
+Add ``--control`` to any of them to also time a second copy of the reference in the same
+rounds: an A/A pair whose ratio is the run's noise, printed beside the speedups.
 """
 from __future__ import annotations
 
@@ -184,11 +187,14 @@ def generate_table(results: list[dict], note: str = "") -> str:
 
 
 def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, repeats: int,
-                    kind: str = "prefill") -> dict:
+                    kind: str = "prefill", control: bool = False) -> dict:
     """The current sampler vs the reference of COMPARISONS[kind] (last-slot vs all-slot
     prefill; greedy branch vs always-sample step) on a random `preset` model: best seconds of
     generate() with 1 new token (prefill + one sample) and with `new_tokens`, timed
-    interleaved, plus the compiled temporaries; prints one line and returns the numbers."""
+    interleaved, plus the compiled temporaries; prints one line and returns the numbers.
+    ``control``: a second reference sampler ("control") is timed in the same rounds, and
+    ``control_prefill`` / ``control_generate`` = reference / control seconds are the A/A
+    ratios (how far from 1.00x two copies of the same program read in this run)."""
     cfg = config_lib.get_preset(preset)
     params = lm.init_params(cfg, jax.random.key(0))
     rng = np.random.default_rng(0)
@@ -196,6 +202,8 @@ def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, 
     prompts = [rng.integers(3, cfg.vocab_size, size=n).tolist() for n in lengths]
     out = {"preset": preset, "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens}
     variants = {"reference": COMPARISONS[kind]["reference"], "current": Sampler}
+    if control:
+        variants["control"] = variants["reference"]
     for steps in (1, new_tokens):
         runs, tokens = {}, {}
         for name, cls in variants.items():
@@ -221,13 +229,19 @@ def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, 
         out[f"{key}_s"] = best
         out[f"{key}_tokens_equal"] = bool(np.array_equal(tokens["reference"], tokens["current"]))
     out["kind"] = kind
-    ratio = lambda k: out[k]["reference"] / out[k]["current"]
+    ratio = lambda k, other="current": out[k]["reference"] / out[k][other]
+    aa = ""
+    if control:
+        out["control_prefill"], out["control_generate"] = (ratio(k, "control")
+                                                           for k in ("prefill_s", "generate_s"))
+        aa = (f" | A/A control prefill {out['control_prefill']:.2f}x, generate "
+              f"{out['control_generate']:.2f}x")
     print(f"{preset}: B={batch} P={prompt_len} | prefill (1 new token) reference "
           f"{out['prefill_s']['reference']:.3f} s, current {out['prefill_s']['current']:.3f} s, "
           f"speedup {ratio('prefill_s'):.2f}x, temp {out['temp_mib_reference']:.0f} -> "
           f"{out['temp_mib_current']:.0f} MiB | generate {new_tokens} tokens speedup "
           f"{ratio('generate_s'):.2f}x | greedy tokens equal "
-          f"{out['prefill_tokens_equal'] and out['generate_tokens_equal']}", flush=True)
+          f"{out['prefill_tokens_equal'] and out['generate_tokens_equal']}{aa}", flush=True)
     return out
 
 
@@ -248,6 +262,11 @@ def compare_table(results: list[dict], note: str = "") -> str:
             f"{r['temp_mib_reference']:.0f} / {r['temp_mib_current']:.0f} | T={r['new_tokens']}: "
             f"{g['reference']:.3f} / {g['current']:.3f} | {g['reference'] / g['current']:.2f}x | "
             f"{r['prefill_tokens_equal'] and r['generate_tokens_equal']} |")
+    controls = [f"{r['preset']} prefill {r['control_prefill']:.2f}x, generate "
+                f"{r['control_generate']:.2f}x" for r in results if "control_prefill" in r]
+    if controls:
+        lines += ["", "A/A control (`--control`: the reference twice, timed in the same rounds): "
+                  + "; ".join(controls) + ". A speedup no farther from 1.00x than that is noise."]
     return "\n".join(lines) + "\n"
 
 
@@ -270,6 +289,9 @@ def main() -> None:
                         help="only compare the greedy step's argmax vs jnp.argmax")
     parser.add_argument("--decode_compare", action="store_true",
                         help="only compare the feature-major decode step vs lm.decode_step")
+    parser.add_argument("--control", action="store_true",
+                        help="with a --*_compare flag: also time a second copy of the reference "
+                        "in the same rounds (an A/A pair: the run's noise)")
     parser.add_argument("--presets", default="tiny,smollm2-135m")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="Markdown file to append to")
     parser.add_argument("--note", default="", help="text added to the table's heading")
@@ -281,7 +303,7 @@ def main() -> None:
     if kinds:
         kind = kinds[0]
         results = [compare_samplers(p, args.batch, args.prompt_len, args.new_tokens, args.repeats,
-                                   kind) for p in args.presets.split(",") if p]
+                                   kind, args.control) for p in args.presets.split(",") if p]
         if args.results:
             with open(args.results, "a", encoding="utf-8") as f:
                 f.write(compare_table(results, args.note))

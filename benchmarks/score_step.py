@@ -11,13 +11,16 @@ activation for the backward pass (``saved_activations="everything"``), the varia
 ``jax.nn.dot_product_attention`` over the whole row (``attention_blocks=1``), the variant the
 config's causal query blocks. Both are timed interleaved (ref, variant, ref, ...) in this
 process, same params, same batch, and the first-step losses are printed so the reader can see
-they compute the same thing. The process keeps freed host memory as the experiment entry points do
+they compute the same thing. ``--control`` also compiles the reference a second time and times
+it in the same rounds: an A/A pair whose ratio is the run's noise, printed beside the speedup.
+The process keeps freed host memory as the experiment entry points do
 (``--no-keep_host_memory``: glibc's defaults).
 
     python -m benchmarks.score_step                 # appends a table to benchmarks/RESULTS.md
     python -m benchmarks.score_step --repeats=3 --results=''
     python -m benchmarks.score_step --compare=saved_activations
     python -m benchmarks.score_step --compare=attention_blocks
+    python -m benchmarks.score_step --compare=saved_activations --control   # + an A/A pair
 
 Speed is never asserted: this prints ratios.
 """
@@ -30,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.train_step import machine_line, time_interleaved, update_runner
+from benchmarks.timing import time_interleaved
+from benchmarks.train_step import machine_line, update_runner
 from configs import default
 from meowjax.models import config as config_lib
 from meowjax.models import lm
@@ -70,7 +74,11 @@ def _label(overrides: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in overrides.items())
 
 
-def compare(rows: int, length: int, repeats: int, what: str = "unroll") -> dict:
+def compare(rows: int, length: int, repeats: int, what: str = "unroll",
+            control: bool = False) -> dict:
+    """Times the reference and the variant interleaved; with ``control`` also a second
+    compiled copy of the reference ("control"), so ``control_ratio`` = reference / control
+    seconds is how far from 1.00x two copies of the same program read in this run."""
     c = default.get_config()
     cfg = config_lib.get_preset(c.model.preset, vocab_size=c.model.vocab_size, pad_token_id=0,
                                 eos_token_id=2, **dict(c.model.overrides))
@@ -78,6 +86,8 @@ def compare(rows: int, length: int, repeats: int, what: str = "unroll") -> dict:
     batch = jax.tree.map(jnp.asarray, packed_batch(cfg.vocab_size, rows, length, c.policy.max_cands))
     opt = optim.make_optimizer(1e-3, warmup_steps=1, total_steps=100, grad_clip=1.0)
     variants = dict(zip(("reference", "variant"), COMPARES[what](cfg)))
+    if control:
+        variants["control"] = variants["reference"]
     runs, loss = {}, {}
     for name, overrides in variants.items():
         step = score_steps.make_sft_step(cfg.replace(**overrides), opt,
@@ -90,13 +100,15 @@ def compare(rows: int, length: int, repeats: int, what: str = "unroll") -> dict:
         runs[name] = run
     seconds = time_interleaved(runs, repeats)
     speedup = seconds["reference"] / seconds["variant"]
+    control_ratio = seconds["reference"] / seconds["control"] if control else None
     labels = {k: _label(v) for k, v in variants.items()}
     print(f"score SFT step B={rows} L={length} layers={cfg.num_layers} | {labels['reference']} "
           f"{seconds['reference'] * 1e3:.1f} ms | {labels['variant']} "
           f"{seconds['variant'] * 1e3:.1f} ms | speedup {speedup:.2f}x | first loss "
-          f"{loss['reference']:.6f} / {loss['variant']:.6f}", flush=True)
+          f"{loss['reference']:.6f} / {loss['variant']:.6f}"
+          + (f" | A/A control {control_ratio:.2f}x" if control else ""), flush=True)
     return dict(rows=rows, length=length, layers=cfg.num_layers, seconds=seconds, loss=loss,
-                speedup=speedup, labels=labels)
+                speedup=speedup, labels=labels, control_ratio=control_ratio)
 
 
 def table(results: list[dict], what: str = "unroll") -> str:
@@ -110,6 +122,13 @@ def table(results: list[dict], what: str = "unroll") -> str:
                      f"{r['seconds']['reference'] * 1e3:.1f} | {r['seconds']['variant'] * 1e3:.1f} "
                      f"| {r['speedup']:.2f}x | {r['loss']['reference']:.6f} / "
                      f"{r['loss']['variant']:.6f} |")
+    controls = [f"{r['rows']} x {r['length']}: {r['seconds']['reference'] * 1e3:.1f} / "
+                f"{r['seconds']['control'] * 1e3:.1f} ms, {r['control_ratio']:.2f}x"
+                for r in results if r.get("control_ratio") is not None]
+    if controls:
+        lines += ["", "A/A control (`--control`: the reference compiled twice, timed in the same "
+                  "rounds): " + "; ".join(controls) + ". A speedup no farther from 1.00x "
+                  "than that is noise."]
     return "\n".join(lines) + "\n"
 
 
@@ -120,12 +139,15 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--results", default=DEFAULT_RESULTS)
     parser.add_argument("--compare", default="unroll", choices=sorted(COMPARES))
+    parser.add_argument("--control", action="store_true",
+                        help="also time a second compiled copy of the reference in the same "
+                        "rounds (an A/A pair: the run's noise)")
     host_memory.add_argparse_flag(parser)
     args = parser.parse_args(argv)
     if args.keep_host_memory:
         host_memory.keep_freed_memory()
     print(machine_line(), flush=True)
-    results = [compare(args.rows, int(L), args.repeats, args.compare)
+    results = [compare(args.rows, int(L), args.repeats, args.compare, args.control)
                for L in args.lengths.split(",")]
     if args.results:
         with open(args.results, "a", encoding="utf-8") as f:

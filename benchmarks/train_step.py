@@ -9,7 +9,10 @@ the first batch are printed so the reader can see the two sides compute the same
 The two sides are timed interleaved, one update each per round (`time_interleaved`).
 
 Compute efficiency, measured in the same run:
-    peak   = 2 n^3 / t  of an n x n fp32 (or --dtype) matmul in jnp (best of a few)
+    peak   = 2 n^3 / t  of an n x n fp32 (or --dtype) matmul, best of a few, in jnp and (unless
+             --no_torch) in torch on --device; the faster of the two is the machine's peak
+             (on a Sapphire Rapids VM torch's MKL product ran 176-189 GFLOP/s and jnp's
+             111-123: a jnp-only peak overstated every MFU by ~1.5x)
     MFU    = 6 * N_params * tokens_per_s / peak         (attention FLOPs not counted)
 
     python -m benchmarks.train_step                             # tiny + smollm2-135m sized
@@ -39,7 +42,6 @@ import datetime
 import os
 import platform
 import tempfile
-import time
 from typing import Callable
 
 import jax
@@ -51,6 +53,7 @@ from configs import common
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
 from meowjax.rl import losses
+from benchmarks.timing import MatmulPeak, measure_peak, time_interleaved
 from meowjax.trainers import host_memory, optim, text_steps
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
@@ -68,7 +71,7 @@ class StepResult:
     dtype: str
     ours_tok_s: float
     torch_tok_s: float | None
-    peak_flops: float
+    peak: "MatmulPeak"
     ours_loss: float
     torch_loss: float | None
 
@@ -77,52 +80,7 @@ class StepResult:
         return None if self.torch_tok_s is None else self.ours_tok_s / self.torch_tok_s
 
     def mfu(self, tok_s: float | None) -> float | None:
-        return None if tok_s is None else 6.0 * self.params * tok_s / self.peak_flops
-
-
-def time_best(fn: Callable[[], object], repeats: int, sync: Callable[[object], object],
-              warmup: bool = True) -> float:
-    """Best wall time of `repeats` calls after one warm-up (compile), syncing each result."""
-    if warmup:
-        sync(fn())
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        sync(fn())
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int, block: int = 1,
-                     before: dict[str, Callable[[], object]] | None = None,
-                     syncs: dict[str, Callable[[object], object]] | None = None
-                     ) -> dict[str, float]:
-    """Best seconds per variant over ``repeats`` rounds, interleaved (a, b, a, b, ...) so machine
-    load hits every variant alike. The runs must already be compiled. With ``block`` > 1 a
-    round is ``before[name]()`` (untimed) then ``block`` consecutive calls of which the first
-    is not timed: for settings whose effect needs a step to settle (the host allocator's).
-    ``syncs[name]`` waits for that run's result (default ``jax.block_until_ready``; torch's
-    side passes its own)."""
-    seconds = {name: float("inf") for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            sync = (syncs or {}).get(name, jax.block_until_ready)
-            if before and name in before:
-                before[name]()
-            if block > 1:
-                sync(run())
-            for _ in range(max(block - 1, 1)):
-                seconds[name] = min(seconds[name], time_best(run, 1, sync, warmup=False))
-    return seconds
-
-
-def matmul_peak(n: int = 2048, dtype: str = "float32", repeats: int = 5) -> float:
-    """Measured FLOP/s of an n x n @ n x n matmul in jnp: 2 n^3 / best time."""
-    a = jax.random.normal(jax.random.key(1), (n, n), jnp.dtype(dtype))
-    b = jax.random.normal(jax.random.key(2), (n, n), jnp.dtype(dtype))
-    mm = jax.jit(jnp.matmul)
-    seconds = time_best(lambda: mm(a, b), repeats, jax.block_until_ready)
-    return 2.0 * n ** 3 / seconds
+        return None if tok_s is None else 6.0 * self.params * tok_s / self.peak.flops
 
 
 def make_batch(cfg: config_lib.ModelConfig, batch: int, length: int, seed: int = 0
@@ -280,7 +238,7 @@ def torch_update(folder: str, batch_np, dtype: str, device: str, remat: bool = F
 
 
 def bench_preset(preset: str, batch: int, length: int, repeats: int, dtype: str,
-                 with_torch: bool, device: str, peak: float, variant: str = "current",
+                 with_torch: bool, device: str, peak: MatmulPeak, variant: str = "current",
                  remat: bool = False, scan_unroll: int = 1,
                  saved_activations: str = "projections") -> StepResult:
     """Measures one preset (random init, same weights on both sides) and prints a line.
@@ -475,11 +433,11 @@ def machine_line() -> str:
             f"{datetime.date.today().isoformat()}")
 
 
-def markdown_table(results: list[StepResult], peak: float, note: str = "") -> str:
+def markdown_table(results: list[StepResult], peak: MatmulPeak, note: str = "") -> str:
     """The section appended to RESULTS.md."""
     fmt = lambda x, spec: "-" if x is None else format(x, spec)
     lines = [f"\n### Training step (`benchmarks/train_step.py`) {note}".rstrip(), "",
-             f"Machine: {machine_line()}; measured matmul peak {peak / 1e9:.1f} GFLOP/s.", "",
+             f"Machine: {machine_line()}; measured {peak.describe()}.", "",
              "| preset | params | B x L | dtype | meowjax tok/s | torch tok/s | ratio | "
              "MFU meowjax | MFU torch | loss meowjax / torch |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -552,9 +510,8 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
             with open(args.results, "a", encoding="utf-8") as f:
                 f.write(variants_table(compared, args.note))
         return compared
-    peak = matmul_peak(args.peak_n, args.dtype)
-    print(f"{machine_line()}\nmatmul peak ({args.peak_n}^3, {args.dtype}): "
-          f"{peak / 1e9:.1f} GFLOP/s", flush=True)
+    peak = measure_peak(args.peak_n, args.dtype, not args.no_torch, args.device)
+    print(f"{machine_line()}\n{peak.describe()}", flush=True)
     results = [bench_preset(p, args.batch, args.length, args.repeats, args.dtype,
                             not args.no_torch, args.device, peak, args.token_terms, args.remat,
                             args.scan_unroll, args.saved_activations)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import aot, padding, profile_ops, rollout, score_step, train_step
+from benchmarks import aot, padding, profile_ops, rollout, score_step, timing, train_step
 from meowjax.models import config as config_lib
 
 
@@ -19,15 +19,25 @@ def test_train_step_tiny_matches_torch_loss_and_writes_table(tmp_path, capsys):
     # Same weights, same batch: the first-batch PPO loss of both sides agrees to fp32 rounding.
     np.testing.assert_allclose(res.ours_loss, res.torch_loss, rtol=1e-4, atol=1e-6)
     assert res.params == config_lib.num_params(config_lib.get_preset("tiny"))
-    assert res.ours_tok_s > 0 and res.torch_tok_s > 0 and res.peak_flops > 0
-    assert "ratio" in capsys.readouterr().out
+    assert res.ours_tok_s > 0 and res.torch_tok_s > 0
+    # The peak is the faster of both libraries' products, and MFU is judged against it.
+    assert res.peak.jnp_flops > 0 and res.peak.torch_flops > 0
+    assert res.peak.flops == max(res.peak.jnp_flops, res.peak.torch_flops)
+    assert res.mfu(res.ours_tok_s) == pytest.approx(6 * res.params * res.ours_tok_s
+                                                    / res.peak.flops)
+    out = capsys.readouterr().out
+    assert "ratio" in out and f"jnp {res.peak.jnp_flops / 1e9:.1f} and torch" in out
     table = results_md.read_text()
+    assert f"faster of jnp {res.peak.jnp_flops / 1e9:.1f} and torch " \
+        f"{res.peak.torch_flops / 1e9:.1f}" in table
     assert "| preset | params | B x L |" in table and "| tiny | 0.1M | 2 x 16 | float32 |" in table
     assert "### Training step (`benchmarks/train_step.py`)\n" in table  # defaults: no settings
     train_step.main(["--presets=tiny", "--batch=2", "--length=16", "--repeats=1", "--no_torch",
                      "--peak_n=128", f"--results={results_md}", "--no-keep_host_memory",
                      "--scan_unroll=2", "--note=probe"])
-    heading = results_md.read_text().split("### Training step")[-1].splitlines()[0]
+    section = results_md.read_text().split("### Training step")[-1]
+    assert "and torch not measured" in section  # --no_torch: the peak is jnp's alone
+    heading = section.splitlines()[0]
     assert heading == " (`benchmarks/train_step.py`) (--scan_unroll=2) probe", heading
 
 
@@ -35,13 +45,18 @@ def test_train_step_tiny_matches_torch_loss_and_writes_table(tmp_path, capsys):
 def test_score_step_variants_compute_the_same_loss(tmp_path, what):
     results_md = tmp_path / "RESULTS.md"
     (res,) = score_step.main(["--rows=4", "--lengths=256", "--repeats=1",
-                              f"--results={results_md}", f"--compare={what}"])
+                              f"--results={results_md}", f"--compare={what}", "--control"])
     # Same params, same packed batch: the unrolled scan / the checkpointed block is the same
     # function.
     np.testing.assert_allclose(res["loss"]["variant"], res["loss"]["reference"], rtol=1e-5)
     assert res["layers"] == 3 and min(res["seconds"].values()) > 0
+    # --control: the reference compiled a second time, the same program, timed in the rounds.
+    assert set(res["seconds"]) == {"reference", "variant", "control"}
+    assert res["loss"]["control"] == res["loss"]["reference"]
+    assert res["control_ratio"] == res["seconds"]["reference"] / res["seconds"]["control"]
     text = results_md.read_text()
     assert "| 4 x 256 | 3 |" in text and f"--compare={what}" in text
+    assert f"{res['control_ratio']:.2f}x. A speedup no farther" in text
     assert {"unroll": "scan_unroll=3", "saved_activations": "saved_activations=projections",
             "attention_blocks": "attention_blocks=4"}[what] in text
 
@@ -262,11 +277,15 @@ def test_sampler_decode_compare_runs_both_layouts_and_names_its_flag():
     from benchmarks import sampler as sampler_bench
 
     result = sampler_bench.compare_samplers("tiny", batch=2, prompt_len=8, new_tokens=4,
-                                            repeats=1, kind="decode")
+                                            repeats=1, kind="decode", control=True)
     assert result["prefill_tokens_equal"] and result["generate_tokens_equal"]
+    assert set(result["generate_s"]) == {"reference", "current", "control"}
     assert all(s > 0 for s in result["generate_s"].values())
+    g = result["generate_s"]
+    assert result["control_generate"] == g["reference"] / g["control"]
     table = sampler_bench.compare_table([result])
     assert "--decode_compare" in table and "| tiny | 2 x 8 |" in table
+    assert f"generate {result['control_generate']:.2f}x. A speedup no farther" in table
 
 
 def test_cpu_line_names_the_widest_vector_extension():
@@ -277,11 +296,20 @@ def test_cpu_line_names_the_widest_vector_extension():
     assert "CPUs (" in train_step.machine_line()
 
 
+def test_matmul_peak_is_the_faster_library():
+    assert timing.MatmulPeak(64, "float32", 2e9, 3e9).flops == 3e9
+    assert timing.MatmulPeak(64, "float32", 2e9, 1e9).flops == 2e9
+    only_jnp = timing.MatmulPeak(64, "float32", 2e9)
+    assert only_jnp.flops == 2e9 and "torch not measured" in only_jnp.describe()
+    measured = timing.measure_peak(64, "float32", with_torch=True)
+    assert measured.jnp_flops > 0 and measured.torch_flops > 0
+
+
 def test_time_interleaved_alternates_the_sides_with_their_own_syncs_and_keeps_each_best():
     calls, synced = [], []
     names = ("torch", "ours")
     runs = {name: (lambda name=name: calls.append(name) or name) for name in names}
-    best = train_step.time_interleaved(runs, repeats=3,
-                                       syncs={name: synced.append for name in names})
+    best = timing.time_interleaved(runs, repeats=3,
+                                   syncs={name: synced.append for name in names})
     assert calls == ["torch", "ours"] * 3 and synced == calls
     assert set(best) == {"torch", "ours"} and all(0 <= s < 1 for s in best.values())
