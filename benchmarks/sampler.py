@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import os
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +34,7 @@ import numpy as np
 import torch
 import transformers
 
+from benchmarks.timing import time_interleaved
 from benchmarks.train_step import machine_line
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
@@ -117,16 +117,6 @@ COMPARISONS = {
 }
 
 
-def _best_time(fn, repeats: int) -> float:
-    fn()  # warm-up (compile / allocator)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def bench_folder(folder: str, name: str, batch: int, prompt_len: int, new_tokens: int,
                  repeats: int, scan_unroll: int = 0) -> dict:
     """Prints and returns ours vs transformers tokens-per-second for one HF checkpoint folder
@@ -157,8 +147,10 @@ def bench_folder(folder: str, name: str, batch: int, prompt_len: int, new_tokens
                 max_new_tokens=new_tokens, min_new_tokens=new_tokens, eos_token_id=None,
                 pad_token_id=0, num_beams=1)
 
-    t_ours = _best_time(ours, repeats)
-    t_theirs = _best_time(theirs, repeats)
+    ours(), theirs()  # warm-up (compile / allocator)
+    # Interleaved (ours, theirs, ours, ...): machine load hits both sides alike.
+    seconds = time_interleaved({"ours": ours, "theirs": theirs}, repeats)
+    t_ours, t_theirs = seconds["ours"], seconds["theirs"]
     n = batch * new_tokens
     agree = np.mean(ours_out["o"].tokens_BT == theirs_out["o"][:, prompt_len:].numpy())
     ratio = t_theirs / t_ours
@@ -175,8 +167,8 @@ def generate_table(results: list[dict], note: str = "") -> str:
     lines = [f"\n### Sampler vs transformers `generate` (`benchmarks/sampler.py`) {note}".rstrip(),
              "", f"Machine: {machine_line()}, torch {torch.__version__} "
              f"({torch.get_num_threads()} threads), transformers {transformers.__version__}. "
-             "fp32, greedy, KV cache on both sides, no early stop; best of the repeats, each "
-             "side warmed up first.", "",
+             "fp32, greedy, KV cache on both sides, no early stop; best of the repeats, timed "
+             "interleaved, each side warmed up first.", "",
              "| model | params | B x prompt | new tokens | meowjax tok/s | generate tok/s | ratio "
              "| greedy tokens agree |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -219,14 +211,8 @@ def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, 
                     params, tok, mask, jax.random.key(0), np.float32(1), np.float32(1),
                     np.bool_(True), np.full(8, -1, np.int32), max_new_tokens=1).compile()
                 out[f"temp_mib_{name}"] = compiled.memory_analysis().temp_size_in_bytes / 2**20
-        best = {name: float("inf") for name in runs}
-        for _ in range(repeats):
-            for name, run in runs.items():
-                start = time.perf_counter()
-                run()
-                best[name] = min(best[name], time.perf_counter() - start)
         key = "prefill" if steps == 1 else "generate"
-        out[f"{key}_s"] = best
+        out[f"{key}_s"] = time_interleaved(runs, repeats)
         out[f"{key}_tokens_equal"] = bool(np.array_equal(tokens["reference"], tokens["current"]))
     out["kind"] = kind
     ratio = lambda k, other="current": out[k]["reference"] / out[k][other]

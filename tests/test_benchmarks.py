@@ -273,6 +273,21 @@ def test_profile_ops_traces_a_tiny_update(capsys):
     assert "| op kind | s per call |" in capsys.readouterr().out
 
 
+def test_sampler_bench_folder_matches_generate_greedy_tokens(tmp_path):
+    from benchmarks import sampler as sampler_bench
+    from meowjax.models import hf_io, lm
+
+    cfg = config_lib.get_preset("tiny")
+    hf_io.save_hf_checkpoint(str(tmp_path), cfg, lm.init_params(cfg, jax.random.key(0)))
+    r = sampler_bench.bench_folder(str(tmp_path), "tiny", batch=2, prompt_len=8, new_tokens=6,
+                                   repeats=2)
+    # fp32 greedy on the same weights: every new token equals transformers' generate.
+    assert r["agree"] == 1.0 and r["params"] == config_lib.num_params(cfg)
+    assert r["ours"] > 0 and r["theirs"] > 0 and r["ratio"] == pytest.approx(
+        r["ours"] / r["theirs"])
+    assert "| tiny | 0.1M | 2 x 8 | 6 |" in sampler_bench.generate_table([r])
+
+
 def test_sampler_decode_compare_runs_both_layouts_and_names_its_flag():
     from benchmarks import sampler as sampler_bench
 
