@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import transformers
 
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import control_lines, time_interleaved
 from benchmarks.train_step import machine_line
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
@@ -250,9 +250,7 @@ def compare_table(results: list[dict], note: str = "") -> str:
             f"{r['prefill_tokens_equal'] and r['generate_tokens_equal']} |")
     controls = [f"{r['preset']} prefill {r['control_prefill']:.2f}x, generate "
                 f"{r['control_generate']:.2f}x" for r in results if "control_prefill" in r]
-    if controls:
-        lines += ["", "A/A control (`--control`: the reference twice, timed in the same rounds): "
-                  + "; ".join(controls) + ". A speedup no farther from 1.00x than that is noise."]
+    lines += control_lines(controls)
     return "\n".join(lines) + "\n"
 
 

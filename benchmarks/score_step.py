@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import control_lines, time_interleaved
 from benchmarks.train_step import machine_line, update_runner
 from configs import default
 from meowjax.models import config as config_lib
@@ -125,10 +125,7 @@ def table(results: list[dict], what: str = "unroll") -> str:
     controls = [f"{r['rows']} x {r['length']}: {r['seconds']['reference'] * 1e3:.1f} / "
                 f"{r['seconds']['control'] * 1e3:.1f} ms, {r['control_ratio']:.2f}x"
                 for r in results if r.get("control_ratio") is not None]
-    if controls:
-        lines += ["", "A/A control (`--control`: the reference compiled twice, timed in the same "
-                  "rounds): " + "; ".join(controls) + ". A speedup no farther from 1.00x "
-                  "than that is noise."]
+    lines += control_lines(controls)
     return "\n".join(lines) + "\n"
 
 

@@ -3,6 +3,7 @@
     best time       min over repeats of one synced call (after a warm-up compile)
     interleaved     variants timed a, b, a, b, ... so machine load hits each alike
     peak            2 n^3 / t of an n x n @ n x n product, the faster of jnp and torch
+    A/A control     the reference timed twice in the same rounds: the run's noise
 """
 from __future__ import annotations
 
@@ -50,6 +51,28 @@ def time_interleaved(runs: dict[str, Callable[[], object]], repeats: int, block:
     return seconds
 
 
+def control_lines(controls: list[str]) -> list[str]:
+    """The A/A paragraph a ``--control`` run adds under its Markdown table (none without one):
+    ``controls`` are the per-row "reference / control" readings."""
+    if not controls:
+        return []
+    return ["", "A/A control (`--control`: the reference compiled twice, timed in the same "
+            "rounds): " + "; ".join(controls) + ". A speedup no farther from 1.00x than that "
+            "is noise."]
+
+
+def torch_sync(device: str) -> Callable[[object], None]:
+    """A sync for ``time_best`` / ``time_interleaved`` on torch's side: waits for the GPU's
+    queue on a CUDA ``device`` (CPU ops are synchronous)."""
+    import torch
+
+    def sync(_) -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    return sync
+
+
 @dataclasses.dataclass(frozen=True)
 class MatmulPeak:
     """The machine's measured matmul peak: the faster of jnp's and torch's n x n product
@@ -90,12 +113,8 @@ def torch_matmul_peak(n: int = 2048, dtype: str = "float32", device: str = "cpu"
     a, b = (torch.randn(n, n, generator=gen).to(device=device, dtype=getattr(torch, dtype))
             for _ in range(2))
 
-    def sync(_) -> None:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
     with torch.no_grad():
-        seconds = time_best(lambda: torch.matmul(a, b), repeats, sync)
+        seconds = time_best(lambda: torch.matmul(a, b), repeats, torch_sync(device))
     return 2.0 * n ** 3 / seconds
 
 

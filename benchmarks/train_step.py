@@ -49,11 +49,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from benchmarks.timing import (MatmulPeak, control_lines, measure_peak, time_interleaved,
+                               torch_sync)
 from configs import common
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
 from meowjax.rl import losses
-from benchmarks.timing import MatmulPeak, measure_peak, time_interleaved
 from meowjax.trainers import host_memory, optim, text_steps
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
@@ -71,7 +72,7 @@ class StepResult:
     dtype: str
     ours_tok_s: float
     torch_tok_s: float | None
-    peak: "MatmulPeak"
+    peak: MatmulPeak
     ours_loss: float
     torch_loss: float | None
 
@@ -227,10 +228,7 @@ def torch_update(folder: str, batch_np, dtype: str, device: str, remat: bool = F
         opt.step()
         return loss
 
-    def sync(loss: torch.Tensor) -> None:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
+    sync = torch_sync(device)
     with torch.no_grad():
         first = float(loss_fn())
     sync(run())  # warm-up
@@ -401,10 +399,7 @@ def variants_table(results: list[VariantResult], note: str = "") -> str:
             f"{f.get('current', 0):.0f} | {r.loss['reference']:.6f} / {r.loss['current']:.6f} |")
     controls = [f"{r.preset} {r.seconds['reference']:.3f} / {r.seconds['control']:.3f} s, "
                 f"{r.control_ratio:.2f}x" for r in results if r.control_ratio is not None]
-    if controls:
-        lines += ["", "A/A control (`--control`: the reference compiled twice, timed in the same "
-                  "rounds): " + "; ".join(controls) + ". A speedup no farther from 1.00x "
-                  "than that is noise."]
+    lines += control_lines(controls)
     return "\n".join(lines) + "\n"
 
 
