@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meowjax.rl import advantages as adv
+from meowjax.rl import gigpo
 
 SETTINGS = settings(max_examples=25, deadline=None)
 MODES = [pytest.param(lambda f: f, id="eager"), pytest.param(jax.jit, id="jit")]
@@ -365,3 +366,34 @@ def test_bad_shapes_fail_at_trace_time():
         adv.rloo_advantages(jnp.zeros(3), jnp.zeros(4, jnp.int32), jnp.ones(3))
     with pytest.raises(AssertionError):
         adv.broadcast_episode_advantage(jnp.zeros(3), z)
+
+
+# ---------------------------------------------------------------- turn quantities
+
+# Turn 0 = tokens 0-1 (reward 1), turn 1 = token 3 (reward 2), token 4 = an unfinished turn 2
+# (reward 3); token 2 is an observation token (its reward and turn end are ignored).
+TURN_R = np.array([[0.0, 1.0, 5.0, 2.0, 3.0]], np.float32)
+TURN_M = np.array([[1, 1, 0, 1, 1]], np.float32)
+TURN_TE = np.array([[0, 1, 1, 1, 0]], np.float32)
+
+
+@pytest.mark.parametrize("wrap", MODES)
+def test_turn_returns_by_hand(wrap):
+    g = wrap(functools.partial(adv.discounted_episode_returns, gamma=0.5))(TURN_R, TURN_M, TURN_TE)
+    np.testing.assert_allclose(g, [1 + 0.5 * 2 + 0.25 * 3])
+    rtg = wrap(functools.partial(gigpo.turn_returns_to_go, gamma=0.5))(TURN_R, TURN_M, TURN_TE)
+    np.testing.assert_allclose(rtg, [[2.75, 2.75, 0, 3.5, 3]])
+    x = np.array([[10.0, 20.0, 30.0, 40.0, 50.0]], np.float32)
+    got = wrap(gigpo.broadcast_turn_ends)(x, TURN_M, TURN_TE)
+    np.testing.assert_array_equal(got, [[20, 20, 0, 40, 0]])
+
+
+@pytest.mark.parametrize("wrap", MODES)
+def test_discounted_episode_returns_gamma_one_is_episode_returns(wrap):
+    r, _, m, te = random_traj(np.random.default_rng(5), B, L)
+    got = wrap(functools.partial(adv.discounted_episode_returns, gamma=1.0))(r, m, te)
+    np.testing.assert_array_equal(got, adv.episode_returns(r, m))
+    rtg = wrap(functools.partial(gigpo.turn_returns_to_go, gamma=0.9))(r, m, te)
+    first_B = [rtg[b, np.flatnonzero(m[b])[0]] if m[b].any() else 0 for b in range(B)]
+    np.testing.assert_allclose(first_B, adv.discounted_episode_returns(r, m, te, gamma=0.9),
+                               rtol=1e-5, atol=1e-6)

@@ -153,24 +153,60 @@ def _check_group_inputs(
     chex.assert_type(group_ids_B, int, custom_message=f"{name}: group_ids_B must be integers")
 
 
+def _group_segments(group_ids_B: chex.Array) -> chex.Array:
+    """Group ids renumbered to `[0, B)` with a sized `jnp.unique` (a static segment count)."""
+    (batch,) = group_ids_B.shape
+    _, seg_B = jnp.unique(group_ids_B, size=batch, return_inverse=True)
+    return seg_B.reshape(batch)
+
+
 def _group_stats(
     returns_B: chex.Array, group_ids_B: chex.Array, row_weight_B: chex.Array
 ) -> tuple[chex.Array, chex.Array, chex.Array, chex.Array, chex.Array]:
     """Per row: `(valid_B, r0_B, count_B, sum_B, segment_B)`, where count and sum are over the
-    valid rows (`weight > 0`) of the row's group.
-
-    Group ids may be any integers; they are renumbered to `[0, B)` with a sized `jnp.unique`
-    so `segment_sum` can use the static `num_segments = B`.
+    valid rows (`weight > 0`) of the row's group (group ids may be any integers).
     """
     (batch,) = returns_B.shape
     dtype = _compute_dtype(returns_B)
     valid_B = row_weight_B > 0
     r0_B = jnp.where(valid_B, returns_B, 0).astype(dtype)
-    _, seg_B = jnp.unique(group_ids_B, size=batch, return_inverse=True)
-    seg_B = seg_B.reshape(batch)
+    seg_B = _group_segments(group_ids_B)
     count_S = jax.ops.segment_sum(valid_B.astype(dtype), seg_B, batch)
     sum_S = jax.ops.segment_sum(r0_B, seg_B, batch)
     return valid_B, r0_B, count_S[seg_B], sum_S[seg_B], seg_B
+
+
+def group_normalise(
+    x_N: chex.Array,
+    segment_N: chex.Array,
+    valid_N: chex.Array,
+    *,
+    num_segments: int,
+    use_std: bool = True,
+    eps: float = 1e-6,
+) -> chex.Array:
+    """Each value centred (and optionally scaled) within its segment, over the valid entries.
+
+    With `G` valid members in segment `s` (`segment_N` in `[0, num_segments)`):
+
+        mu_s = (1/G) sum_i x_i,   sd_s = sqrt( sum_i (x_i - mu_s)^2 / (G - 1) )
+        A_i  = (x_i - mu_s) / (sd_s + eps)   if use_std,   x_i - mu_s   otherwise
+
+    Invalid entries and segments of size 1 get 0; invalid entries never enter a statistic (their
+    values may be anything, NaN included).
+    """
+    chex.assert_rank([x_N, segment_N, valid_N], 1)
+    chex.assert_equal_shape([x_N, segment_N, valid_N])
+    dtype = _compute_dtype(x_N)
+    x0_N = jnp.where(valid_N, x_N, 0).astype(dtype)
+    count_N = jax.ops.segment_sum(valid_N.astype(dtype), segment_N, num_segments)[segment_N]
+    sum_N = jax.ops.segment_sum(x0_N, segment_N, num_segments)[segment_N]
+    centered_N = jnp.where(valid_N, x0_N - safe_divide(sum_N, count_N), 0)
+    adv_N = centered_N
+    if use_std:
+        sq_N = jax.ops.segment_sum(jnp.square(centered_N), segment_N, num_segments)[segment_N]
+        adv_N = centered_N / (jnp.sqrt(safe_divide(sq_N, count_N - 1)) + eps)
+    return jnp.where(valid_N & (count_N > 1), adv_N, 0)
 
 
 def grpo_advantages(
@@ -181,7 +217,7 @@ def grpo_advantages(
     use_std: bool = True,
     eps: float = 1e-6,
 ) -> chex.Array:
-    """GRPO episode advantages: returns normalised within each group.
+    """GRPO episode advantages: returns normalised within each group (`group_normalise`).
 
     Over the valid rows (`row_weight > 0`) of group `g` with `G` members:
 
@@ -193,15 +229,15 @@ def grpo_advantages(
     Groups of size 1 and padded rows get advantage 0.
     """
     _check_group_inputs("grpo_advantages", returns_B, group_ids_B, row_weight_B)
-    valid_B, r0_B, count_B, sum_B, seg_B = _group_stats(returns_B, group_ids_B, row_weight_B)
     (batch,) = returns_B.shape
-    centered_B = jnp.where(valid_B, r0_B - safe_divide(sum_B, count_B), 0)
-    adv_B = centered_B
-    if use_std:
-        sq_S = jax.ops.segment_sum(jnp.square(centered_B), seg_B, batch)
-        std_B = jnp.sqrt(safe_divide(sq_S[seg_B], count_B - 1))
-        adv_B = centered_B / (std_B + eps)
-    return jnp.where(valid_B & (count_B > 1), adv_B, 0)
+    return group_normalise(
+        returns_B,
+        _group_segments(group_ids_B),
+        row_weight_B > 0,
+        num_segments=batch,
+        use_std=use_std,
+        eps=eps,
+    )
 
 
 def rloo_advantages(
@@ -257,3 +293,24 @@ def episode_returns(
     if kl_BL is None:
         kl_BL = jnp.zeros(rewards_BL.shape, _compute_dtype(rewards_BL))
     return jnp.sum(fold_kl_into_rewards(rewards_BL, kl_BL, mask_BL, kl_coef), axis=1)
+
+
+def discounted_episode_returns(
+    rewards_BL: chex.Array, mask_BL: chex.Array, turn_end_BL: chex.Array, *, gamma: float
+) -> chex.Array:
+    """Episode return discounted over turns (not tokens):
+
+        G_b = sum_t mask_bt * gamma^k(t) * r_bt,   k(t) = turn index of token t (`turn_ids`)
+
+    i.e. `sum_k gamma^k r_k` with `r_k` the rewards of turn `k`'s agent tokens. Tokens after the
+    last turn end count as one more turn. With `gamma = 1` this is `episode_returns`.
+    """
+    _check_token_inputs(
+        "discounted_episode_returns(rewards_BL, mask_BL, turn_end_BL)",
+        rewards_BL,
+        mask_BL,
+        turn_end_BL,
+    )
+    dtype = _compute_dtype(rewards_BL)
+    discount_BL = jnp.power(jnp.asarray(gamma, dtype), turn_ids((mask_BL > 0) & (turn_end_BL > 0)))
+    return jnp.sum(jnp.where(mask_BL > 0, rewards_BL.astype(dtype) * discount_BL, 0), axis=1)

@@ -1,127 +1,150 @@
-"""Registry of advantage estimators, and one entry point that dispatches on the name.
+"""An open registry of advantage estimators, and one entry point that dispatches on the name.
 
-Config validation is derived from the registry itself: `validate_estimator(name)` accepts exactly
-the keys of `ESTIMATORS`, and `EstimatorSpec.needs_critic` tells the trainer whether to build a
-value head.
+An estimator is `fn(inputs, hp) -> (advantages_BL, returns_BL)`: `inputs` an `EstimatorInputs`
+(every field always an array), `hp` a mapping of the shared return parameters `gamma`, `lam`
+plus the estimator's own config section (`rl.<name>`, defaults in `EstimatorSpec.defaults`).
+Validation is derived from the registry: `validate_estimator(name)` accepts exactly the keys of
+`ESTIMATORS`, `estimator_hparams` exactly the fields of the estimator's section.
+
+Adding one from any module (no edit here):
+
+    register_estimator(EstimatorSpec(name="mine", fn=my_fn, needs=("group_ids_B",),
+                                     defaults={"temperature": 1.0}, description="..."))
+
+Under `jit` the hyper-parameters are static (they pick the program: `use_std` is a Python branch)
+and `estimator_hparams` returns a hashable `HParams`, so:
+
+    hp = estimator_hparams(name, gamma=c.rl.gamma, lam=c.rl.lam, section=c.rl.get(name))
+    fn = jax.jit(compute_advantages, static_argnames=("name", "hp"))
+    adv_BL, ret_BL = fn(name, inputs, hp)          # one compile per (name, hp, shapes)
 """
 import dataclasses
-from typing import Callable, Final, NamedTuple
+from typing import Any, Callable, Final, Iterator, Mapping, NamedTuple
 
 import chex
 import jax.numpy as jnp
+import numpy as np
 
-from meowjax.rl import advantages
+from meowjax.rl import advantages, gigpo
+
+SHARED_HPARAMS: Final[tuple[str, ...]] = ("gamma", "lam")
+LEVELS: Final[tuple[str, ...]] = ("token", "turn", "episode")
 
 
 class EstimatorInputs(NamedTuple):
-    """Everything an estimator may read (a pytree, so it can cross `jax.jit`).
+    """Everything an estimator may read (a pytree of arrays: one pytree shape, one compile).
 
-    `values_BL` / `turn_end_BL` / `group_ids_B` may be `None` only for estimators that do not
-    need them (see `EstimatorSpec.needs`)."""
+    Every field is always an array; fields an estimator does not read (`EstimatorSpec.needs`)
+    are zeros (`make_inputs`). `state_key_BL` (int32): at each turn's last agent token
+    (`turn_end == 1`) the hash of the observation that turn acted in; ignored elsewhere."""
 
     rewards_BL: chex.Array
     mask_BL: chex.Array
     row_weight_B: chex.Array
-    values_BL: chex.Array | None = None
-    turn_end_BL: chex.Array | None = None
-    group_ids_B: chex.Array | None = None
+    values_BL: chex.Array
+    turn_end_BL: chex.Array
+    group_ids_B: chex.Array
+    state_key_BL: chex.Array
 
 
-EstimatorFn = Callable[..., tuple[chex.Array, chex.Array]]
+_INT_FIELDS: Final[frozenset[str]] = frozenset({"group_ids_B", "state_key_BL"})
 
 
-@dataclasses.dataclass(frozen=True)
+def make_inputs(
+    rewards_BL: chex.Array, mask_BL: chex.Array, row_weight_B: chex.Array, **fields: chex.Array
+) -> EstimatorInputs:
+    """`EstimatorInputs` with zeros (host numpy; int32 for ids and keys, float32 otherwise) for
+    the fields not given."""
+    batch, length = np.shape(mask_BL)
+    for f in EstimatorInputs._fields[3:]:
+        if fields.get(f) is None:
+            shape = (batch,) if f.endswith("_B") else (batch, length)
+            fields[f] = np.zeros(shape, np.int32 if f in _INT_FIELDS else np.float32)
+    return EstimatorInputs(rewards_BL, mask_BL, row_weight_B, **fields)
+
+
+class HParams(Mapping[str, Any]):
+    """An immutable, hashable mapping: a valid static argument of `jax.jit`."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any):
+        self._items = {**(items or {}), **kwargs}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._items.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and self._items == dict(other)
+
+    def __repr__(self) -> str:
+        return f"HParams({self._items!r})"
+
+
+EstimatorFn = Callable[[EstimatorInputs, Mapping[str, Any]], tuple[chex.Array, chex.Array]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class EstimatorSpec:
     """An advantage estimator.
 
     Attributes:
-      name: registry key.
+      name: registry key, and the name of its config section `rl.<name>`.
+      fn: `fn(inputs, hp) -> (advantages_BL, returns_BL)`; `hp` holds `gamma`, `lam` and the
+        fields of `defaults` (see `estimator_hparams`).
       needs_critic: whether it reads `values_BL` (the trainer then trains a value head).
-      needs: the optional `EstimatorInputs` fields it reads.
-      level: "token" (per-token advantages) or "episode" (one advantage per row, broadcast).
-      fn: `fn(inputs, *, gamma, lam, use_std) -> (advantages_BL, returns_BL)`.
+      needs: the `EstimatorInputs` fields it reads beyond rewards, mask and row weights.
+      level: "token" (per-token advantages), "turn" (one per turn, broadcast to its tokens) or
+        "episode" (one per row, broadcast).
       description: one line for help texts.
+      defaults: its own config section with default values (hashable values).
     """
 
     name: str
-    needs_critic: bool
-    needs: tuple[str, ...]
-    level: str
     fn: EstimatorFn
-    description: str
+    needs_critic: bool = False
+    needs: tuple[str, ...] = ()
+    level: str = "episode"
+    description: str = ""
+    defaults: Mapping[str, Any] = HParams()
+
+    def __post_init__(self):
+        object.__setattr__(self, "needs", tuple(self.needs))
+        object.__setattr__(self, "defaults", HParams(self.defaults))
+        unknown = sorted(set(self.needs) - set(EstimatorInputs._fields))
+        if unknown:
+            raise ValueError(f"Estimator {self.name!r} needs unknown inputs {unknown}; "
+                             f"EstimatorInputs has {list(EstimatorInputs._fields)}.")
+        if self.needs_critic != ("values_BL" in self.needs):
+            raise ValueError(f"Estimator {self.name!r}: needs_critic must equal whether "
+                             "'values_BL' is in needs.")
+        if self.level not in LEVELS:
+            raise ValueError(f"Estimator {self.name!r}: level {self.level!r} not in {LEVELS}.")
+        shared = sorted(set(self.defaults) & set(SHARED_HPARAMS))
+        if shared:
+            raise ValueError(f"Estimator {self.name!r}: {shared} are shared (rl.gamma, rl.lam), "
+                             "not fields of its own section.")
 
 
-def _gae(inputs: EstimatorInputs, *, gamma: float, lam: float, use_std: bool):
-    del use_std
-    return advantages.token_gae(
-        inputs.rewards_BL, inputs.values_BL, inputs.mask_BL, gamma=gamma, lam=lam
-    )
+ESTIMATORS: Final[dict[str, EstimatorSpec]] = {}
 
 
-def _turn_gae(inputs: EstimatorInputs, *, gamma: float, lam: float, use_std: bool):
-    del use_std
-    return advantages.turn_gae(
-        inputs.rewards_BL,
-        inputs.values_BL,
-        inputs.mask_BL,
-        inputs.turn_end_BL,
-        gamma=gamma,
-        lam=lam,
-    )
-
-
-def _broadcast_episode(inputs: EstimatorInputs, adv_B: chex.Array, returns_B: chex.Array):
-    return (
-        advantages.broadcast_episode_advantage(adv_B, inputs.mask_BL),
-        advantages.broadcast_episode_advantage(returns_B, inputs.mask_BL),
-    )
-
-
-def _grpo(inputs: EstimatorInputs, *, gamma: float, lam: float, use_std: bool):
-    del gamma, lam
-    returns_B = advantages.episode_returns(inputs.rewards_BL, inputs.mask_BL)
-    adv_B = advantages.grpo_advantages(
-        returns_B, inputs.group_ids_B, inputs.row_weight_B, use_std=use_std
-    )
-    return _broadcast_episode(inputs, adv_B, returns_B)
-
-
-def _rloo(inputs: EstimatorInputs, *, gamma: float, lam: float, use_std: bool):
-    del gamma, lam, use_std
-    returns_B = advantages.episode_returns(inputs.rewards_BL, inputs.mask_BL)
-    adv_B = advantages.rloo_advantages(returns_B, inputs.group_ids_B, inputs.row_weight_B)
-    return _broadcast_episode(inputs, adv_B, returns_B)
-
-
-ESTIMATORS: Final[dict[str, EstimatorSpec]] = {
-    "gae": EstimatorSpec(
-        "gae", True, ("values_BL",), "token", _gae, "token-level GAE with a critic (PPO)"
-    ),
-    "turn_gae": EstimatorSpec(
-        "turn_gae",
-        True,
-        ("values_BL", "turn_end_BL"),
-        "token",
-        _turn_gae,
-        "turn-level GAE: one value per agent turn, broadcast to the turn's tokens",
-    ),
-    "grpo": EstimatorSpec(
-        "grpo",
-        False,
-        ("group_ids_B",),
-        "episode",
-        _grpo,
-        "group-normalised episode returns (std switch = Dr. GRPO)",
-    ),
-    "rloo": EstimatorSpec(
-        "rloo",
-        False,
-        ("group_ids_B",),
-        "episode",
-        _rloo,
-        "leave-one-out group baseline on episode returns",
-    ),
-}
+def register_estimator(spec: EstimatorSpec, *, replace: bool = False) -> EstimatorSpec:
+    """Adds `spec` to `ESTIMATORS` (ValueError if the name is taken, unless `replace`)."""
+    if spec.name in ESTIMATORS and not replace:
+        raise ValueError(f"An advantage estimator named {spec.name!r} is already registered; "
+                         "pass replace=True to override it.")
+    ESTIMATORS[spec.name] = spec
+    return spec
 
 
 def validate_estimator(name: str) -> EstimatorSpec:
@@ -133,27 +156,105 @@ def validate_estimator(name: str) -> EstimatorSpec:
     return ESTIMATORS[name]
 
 
-def compute_advantages(
-    name: str,
-    inputs: EstimatorInputs,
-    *,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    use_std: bool = True,
-) -> tuple[chex.Array, chex.Array]:
-    """Run the estimator `name` on a batch: `(advantages_BL, returns_BL)`, 0 at masked tokens.
+def estimator_hparams(
+    name: str, *, gamma: float, lam: float, section: Mapping[str, Any] | None = None
+) -> HParams:
+    """`hp` for estimator `name`: its defaults updated by `section` (its config section `rl.<name>`,
+    e.g. a `ConfigDict`), plus `gamma` and `lam`. ValueError naming any unknown section field."""
+    spec = validate_estimator(name)
+    given = dict(section.items()) if section is not None else {}
+    unknown = sorted(set(given) - set(spec.defaults))
+    if unknown:
+        fields = ", ".join(repr(k) for k in unknown)
+        raise ValueError(f"rl.{name} has no field {fields}; known: {sorted(spec.defaults)}.")
+    return HParams({**spec.defaults, **given, "gamma": float(gamma), "lam": float(lam)})
 
-    For episode-level estimators `returns_BL` is the episode return broadcast to agent tokens
-    (there is no critic to train on it). `gamma`/`lam` apply to the GAE estimators only,
-    `use_std` to GRPO only. Missing inputs fail with a ValueError naming the field.
+
+def compute_advantages(
+    name: str, inputs: EstimatorInputs, hp: Mapping[str, Any]
+) -> tuple[chex.Array, chex.Array]:
+    """Run the estimator `name` on a batch: `(advantages_BL, returns_BL)`, 0 at masked tokens and
+    on padded rows (`row_weight = 0`).
+
+    `hp` (from `estimator_hparams`) must hold exactly `gamma`, `lam` and the estimator's section
+    fields; jit with `hp` static (module docstring). A needed input that is None fails with a
+    ValueError naming the field.
     """
     spec = validate_estimator(name)
-    missing = [f for f in spec.needs if getattr(inputs, f) is None]
+    needed = ("rewards_BL", "mask_BL", "row_weight_B", *spec.needs)
+    missing = [f for f in needed if getattr(inputs, f) is None]
     if missing:
-        raise ValueError(
-            f"Estimator {name!r} needs {missing} in EstimatorInputs; pass them (needs: "
-            f"{list(spec.needs)})."
-        )
-    adv_BL, returns_BL = spec.fn(inputs, gamma=gamma, lam=lam, use_std=use_std)
+        raise ValueError(f"Estimator {name!r} needs {missing} in EstimatorInputs; pass arrays "
+                         f"(needs: {list(spec.needs)}; zeros elsewhere, see make_inputs).")
+    expected = {*SHARED_HPARAMS, *spec.defaults}
+    if set(hp) != expected:
+        raise ValueError(f"hp for estimator {name!r} has keys {sorted(hp)}, expected "
+                         f"{sorted(expected)}; build it with estimator_hparams.")
+    adv_BL, returns_BL = spec.fn(inputs, hp)
     valid = (inputs.mask_BL > 0) & (inputs.row_weight_B > 0)[:, None]
     return jnp.where(valid, adv_BL, 0), jnp.where(valid, returns_BL, 0)
+
+
+# ---------------------------------------------------------------- built-in estimators
+
+
+def _gae(x: EstimatorInputs, hp: Mapping[str, Any]):
+    return advantages.token_gae(
+        x.rewards_BL, x.values_BL, x.mask_BL, gamma=hp["gamma"], lam=hp["lam"]
+    )
+
+
+def _turn_gae(x: EstimatorInputs, hp: Mapping[str, Any]):
+    return advantages.turn_gae(
+        x.rewards_BL, x.values_BL, x.mask_BL, x.turn_end_BL, gamma=hp["gamma"], lam=hp["lam"]
+    )
+
+
+def _episode(x: EstimatorInputs, hp: Mapping[str, Any], adv_fn):
+    """`G_b = sum_k gamma^k r_k` over turns (`discounted_episode_returns`; the plain sum for
+    gamma = 1), `adv_fn(G_B) -> A_B`, both broadcast to agent tokens."""
+    returns_B = advantages.discounted_episode_returns(
+        x.rewards_BL, x.mask_BL, x.turn_end_BL, gamma=hp["gamma"]
+    )
+    adv_B = adv_fn(returns_B)
+    return (
+        advantages.broadcast_episode_advantage(adv_B, x.mask_BL),
+        advantages.broadcast_episode_advantage(returns_B, x.mask_BL),
+    )
+
+
+def _grpo(x: EstimatorInputs, hp: Mapping[str, Any]):
+    return _episode(x, hp, lambda r_B: advantages.grpo_advantages(
+        r_B, x.group_ids_B, x.row_weight_B, use_std=hp["use_std"]))
+
+
+def _rloo(x: EstimatorInputs, hp: Mapping[str, Any]):
+    return _episode(x, hp, lambda r_B: advantages.rloo_advantages(
+        r_B, x.group_ids_B, x.row_weight_B))
+
+
+def _gigpo(x: EstimatorInputs, hp: Mapping[str, Any]):
+    return gigpo.gigpo_advantages(
+        x.rewards_BL, x.mask_BL, x.turn_end_BL, x.state_key_BL, x.group_ids_B, x.row_weight_B,
+        gamma=hp["gamma"], step_weight=hp["step_weight"], use_std=hp["use_std"],
+    )
+
+
+for _spec in (
+    EstimatorSpec(name="gae", fn=_gae, needs_critic=True, needs=("values_BL",), level="token",
+                  description="token-level GAE with a critic (PPO)"),
+    EstimatorSpec(name="turn_gae", fn=_turn_gae, needs_critic=True,
+                  needs=("values_BL", "turn_end_BL"), level="turn",
+                  description="turn-level GAE: one value per agent turn, broadcast to its tokens"),
+    EstimatorSpec(name="grpo", fn=_grpo, needs=("group_ids_B", "turn_end_BL"), level="episode",
+                  description="group-normalised episode returns (use_std=False: Dr. GRPO)",
+                  defaults={"use_std": True}),
+    EstimatorSpec(name="rloo", fn=_rloo, needs=("group_ids_B", "turn_end_BL"), level="episode",
+                  description="leave-one-out group baseline on episode returns"),
+    EstimatorSpec(name="gigpo", fn=_gigpo, needs=("group_ids_B", "turn_end_BL", "state_key_BL"),
+                  level="turn", defaults={"step_weight": 1.0, "use_std": True},
+                  description="GiGPO: GRPO episode advantage + step groups of turns acting in "
+                              "the same observation, on discounted return-to-go"),
+):
+    register_estimator(_spec)
+del _spec

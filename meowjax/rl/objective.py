@@ -1,0 +1,142 @@
+"""The one policy-gradient objective, over "units" that each action interface defines.
+
+A unit is what one log-prob is taken over: a token for free-text actions, a whole turn for the
+admissible-command scoring interface (one row per turn, `U = 1`). An interface supplies only its
+per-unit terms (`PolicyTerms`: log-probs, entropies, mask, the auxiliary LM loss); everything
+else — clipping, KL, entropy bonus, aggregation, the critic — is written here once:
+
+    rho_u  = exp(log pi(u) - log pi_old(u))
+    L_pg   = agg_u max(-A_u rho_u, -A_u clip(rho_u, 1 - eps, 1 + eps_hi))   [dual clip: min(., -c A_u)
+                                                                             where A_u < 0]
+    L      = L_pg - c_ent mean_u H_u + c_kl [kl_in_loss] agg_u KL_k(pi || pi_ref)_u + c_lm LM
+    L_V    = agg_u 0.5 max((V_u - R_u)^2, (V_clip,u - R_u)^2)
+
+With `kl_in_loss=False` the KL is folded into the rewards before the advantages instead
+(`kl_rewards`), with the same estimator `kl_kind`. SFT is the same machinery with the expert's
+units: `L_sft = -agg_u log pi(u) + c_lm LM`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from meowjax.rl import advantages, losses, reduce
+
+
+class PolicyTerms(NamedTuple):
+    """What an interface computes from the policy's forward pass, per unit (`[B, U]`).
+
+    `lm_nll` is the auxiliary next-token loss on the prompt / observation text (a scalar; 0 for
+    an interface without one)."""
+
+    logp_BU: chex.Array
+    entropy_BU: chex.Array
+    mask_BU: chex.Array
+    lm_nll: chex.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveConfig:
+    """The objective's hyper-parameters (the `rl` config section's fields of the same names).
+
+    `clip_eps_high`, `dual_clip`, `value_clip`: 0 disables. `agg`: one of `reduce.AGG_MODES`,
+    used for the policy, KL and value terms."""
+
+    clip_eps: float = 0.2
+    clip_eps_high: float = 0.0
+    dual_clip: float = 0.0
+    value_clip: float = 0.5
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
+    kl_in_loss: bool = True
+    entropy_coef: float = 0.0
+    lm_coef: float = 0.0
+    agg: str = "token_mean"
+
+    def __post_init__(self):
+        if self.agg not in reduce.AGG_MODES:
+            raise ValueError(f"rl.agg={self.agg!r}; choose one of {list(reduce.AGG_MODES)}.")
+        if self.kl_kind not in losses.KL_KINDS:
+            raise ValueError(f"rl.kl_kind={self.kl_kind!r}; choose one of {list(losses.KL_KINDS)}.")
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> "ObjectiveConfig":
+        """The fields of this dataclass read from a config section (other keys are not ours)."""
+        return cls(**{f.name: section[f.name] for f in dataclasses.fields(cls)})
+
+    @property
+    def needs_ref(self) -> bool:
+        """Reference log-probs are needed only for a KL term (in the loss or in the rewards)."""
+        return self.kl_coef > 0
+
+
+def _opt(x: float) -> float | None:
+    return x if x > 0 else None
+
+
+def units(x: chex.Array) -> chex.Array:
+    """A per-row field as `[B, U]`: a `[B]` array (one unit per row) becomes `[B, 1]`."""
+    return x[:, None] if jnp.ndim(x) == 1 else x
+
+
+def policy_loss(terms: PolicyTerms, batch: Mapping[str, chex.Array], cfg: ObjectiveConfig,
+                prefix: str = "pg") -> tuple[chex.Array, dict[str, chex.Array]]:
+    """The PG loss above; `batch` holds `old_logp`, `adv`, `ref_logp` per unit and `row_weight`.
+
+    Metrics (fixed keys): policy_loss, entropy, kl_ref (0 without a KL term: no reference pass
+    ran), lm_loss, clip_fraction, approx_kl, logp_mismatch_max (|log pi - log pi_old|: on the
+    sampling params, the sampler-vs-trainer gap)."""
+    logp, mask, w = terms.logp_BU, terms.mask_BU, batch["row_weight"]
+    old, adv = units(batch["old_logp"]), units(batch["adv"])
+    pg, m = losses.ppo_policy_loss(logp, old, adv, mask, w, clip_eps=cfg.clip_eps,
+                                   clip_eps_high=_opt(cfg.clip_eps_high),
+                                   dual_clip=_opt(cfg.dual_clip), agg=cfg.agg)
+    ent = reduce.masked_mean(terms.entropy_BU, mask, w)
+    kl = (losses.kl_loss(logp, units(batch["ref_logp"]), mask, w, kind=cfg.kl_kind, agg=cfg.agg)
+          if cfg.kl_coef > 0 else jnp.zeros((), jnp.float32))
+    loss = pg - cfg.entropy_coef * ent
+    if cfg.kl_in_loss:
+        loss = loss + cfg.kl_coef * kl
+    if cfg.lm_coef:
+        loss = loss + cfg.lm_coef * terms.lm_nll
+    metrics = {"policy_loss": pg, "entropy": ent, "kl_ref": kl, "lm_loss": terms.lm_nll,
+               "clip_fraction": m["clip_fraction"], "approx_kl": m["approx_kl"],
+               "logp_mismatch_max": reduce.masked_max(jnp.abs(logp - old), mask, w)}
+    return loss, {f"{prefix}/{k}": v for k, v in metrics.items()}
+
+
+def sft_loss(terms: PolicyTerms, row_weight_B: chex.Array, cfg: ObjectiveConfig,
+             prefix: str = "sft") -> tuple[chex.Array, dict[str, chex.Array]]:
+    """Behaviour cloning on expert units: `-agg_u log pi(u) + c_lm LM`.
+
+    Metrics: loss (the NLL alone), expert_prob (mean probability of an expert unit), lm_loss."""
+    logp, mask = terms.logp_BU, terms.mask_BU
+    nll = -reduce.masked_aggregate(logp, mask, row_weight_B, cfg.agg)
+    prob = reduce.masked_mean(jnp.exp(jnp.where(mask > 0, logp, 0.0)), mask, row_weight_B)
+    loss = nll + cfg.lm_coef * terms.lm_nll if cfg.lm_coef else nll
+    return loss, {f"{prefix}/loss": nll, f"{prefix}/expert_prob": prob,
+                  f"{prefix}/lm_loss": terms.lm_nll}
+
+
+def critic_loss(values_BU: chex.Array, mask_BU: chex.Array, batch: Mapping[str, chex.Array],
+                cfg: ObjectiveConfig, prefix: str = "pg") -> tuple[chex.Array, dict[str, chex.Array]]:
+    """The clipped value loss on `ret` with `old_value` (per unit) as the clip centre."""
+    w = batch["row_weight"]
+    ret = units(batch["ret"])
+    loss, m = losses.value_loss(values_BU, units(batch["old_value"]), ret, mask_BU, w,
+                                clip=_opt(cfg.value_clip), agg=cfg.agg)
+    err = reduce.masked_mean(jnp.abs(values_BU - ret), mask_BU, w)
+    return loss, {f"{prefix}/value_loss": loss, f"{prefix}/value_abs_err": err,
+                  f"{prefix}/value_clip_fraction": m["clip_fraction"]}
+
+
+def kl_rewards(rewards_BX: chex.Array, logp_BX: chex.Array, ref_logp_BX: chex.Array,
+               mask_BX: chex.Array, cfg: ObjectiveConfig) -> chex.Array:
+    """Rewards with the KL to the reference folded in (`kl_in_loss=False`):
+    `r'_x = r_x - c_kl KL_k(pi || pi_ref)_x` on units, with `kl_kind`'s estimator."""
+    kl = losses.kl_penalty(jax.lax.stop_gradient(logp_BX), ref_logp_BX, cfg.kl_kind)
+    return advantages.fold_kl_into_rewards(rewards_BX, kl, mask_BX, cfg.kl_coef)
