@@ -1,11 +1,11 @@
 """Process reward: expert-plan progress on a real generated TextWorld game, and the tracker."""
 import pytest
 
-from meowjax.envs import textworld_games
+from meowjax.envs import process_reward as pr
+from meowjax.envs import registry, textworld_games
 from meowjax.envs.base import EnvError
 from meowjax.envs.pool import EnvPool
 from meowjax.envs.registry import EnvSpec
-from meowjax.eval import process_reward as pr
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +69,15 @@ def test_sparse_and_dense_modes_keep_logging_the_process_signal(game):
             assert sum(s.reward for s in steps) > 0
 
 
-def test_process_family_through_an_env_pool(game):
-    assert pr.wrap_spec(EnvSpec("textworld", dict(reward_mode="dense"))).family == "textworld"
-    spec = pr.wrap_spec(EnvSpec("textworld", dict(reward_mode="process", admissible=True,
-                                                  invalid_action_penalty=-0.1)))
-    assert spec == EnvSpec("process", dict(reward_mode="process", admissible=True,
-                                           invalid_action_penalty=-0.1, inner_family="textworld"))
-    pool = EnvPool(spec, num_workers=0)
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_process_wrapper_through_an_env_pool(game, num_workers):
+    dense = EnvSpec("textworld", dict(reward_mode="dense"))
+    assert registry.reward_spec(dense, "dense") == dense
+    kwargs = dict(reward_mode="process", admissible=True, invalid_action_penalty=-0.1)
+    spec = registry.reward_spec(EnvSpec("textworld", kwargs), "process")
+    assert spec == EnvSpec("textworld", kwargs, wrapper="process")
+    assert registry.reward_spec(spec, "process") == spec            # wrapped once
+    pool = EnvPool(spec, num_workers=num_workers)
     try:
         (reset,) = pool.reset([game], [10])
         assert reset.admissible

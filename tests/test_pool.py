@@ -1,7 +1,7 @@
 """EnvPool: parallel == in-process on real TextWorld games; crashes, hangs, garbage and bad files.
 
-The failure tests use a tiny test-only env family (``ScriptedEnv`` below, registered through
-monkeypatch; spawned workers import it from this module) so they need no textworld start-up.
+The failure tests use a tiny test-only env family (``ScriptedEnv`` below, registered for the
+test; spawned workers import it from this module) so they need no textworld start-up.
 """
 import os
 import signal
@@ -49,9 +49,10 @@ class ScriptedEnv:
 
 
 @pytest.fixture
-def scripted(monkeypatch):
-    monkeypatch.setitem(registry.FAMILIES, "scripted", f"{__name__}:ScriptedEnv")
-    return EnvSpec("scripted", {"tag": "T:"})
+def scripted():
+    registry.register_family(registry.Family("scripted", ScriptedEnv))
+    yield EnvSpec("scripted", {"tag": "T:"})
+    registry.unregister_family("scripted")
 
 
 def _tasks(n, path="ok"):

@@ -1,6 +1,11 @@
-"""Game sets of a run: the RL pool's difficulty mix, disjoint from the held-out games."""
+"""What a run takes from its env family: game sets (the RL pool's difficulty mix, disjoint from
+the held-out games), env specs, names, system prompt and augmentation."""
+import numpy as np
 import pytest
 
+from meowjax.envs import families
+from meowjax.envs.registry import EnvSpec
+from meowjax.rollout import chat
 from meowjax.trainers import data
 from tests.test_trainers import tiny_config
 
@@ -24,8 +29,60 @@ def test_harder_rl_pool_is_textworld_only(tiny_games_dir):
     c = tiny_config(tiny_games_dir)
     c.unlock()
     c.env.family, c.games.num_train_hard = "swe", 4
-    with pytest.raises(ValueError, match="num_train_hard=4 is for TextWorld"):
+    with pytest.raises(ValueError, match=r"num_train_hard=4 .* harder RL pool \(textworld\)"):
         data.game_sets(c)
+
+
+def test_env_specs_and_pool_words_per_family():
+    from configs import default, swe_tiny
+
+    c = default.get_config()
+    assert c.env.reward_mode == "process"
+    assert data.env_spec(c, admissible=True) == EnvSpec(
+        "textworld", dict(reward_mode="process", invalid_action_penalty=0.0, admissible=True,
+                          compact=True), wrapper="process")
+    c.unlock()
+    c.env.reward_mode, c.games.num_train_hard = "sparse", 8
+    assert data.env_spec(c, admissible=False) == EnvSpec(
+        "textworld", dict(reward_mode="sparse", invalid_action_penalty=0.0, admissible=False,
+                          compact=True))
+    assert data.rl_pool_words(c) == "64 w2-o3-q4 + 8 w3-o5-q6 training games"
+    c.env.family = "alfworld"
+    assert data.env_spec(c, admissible=True) == EnvSpec(
+        "alfworld", dict(reward_mode="sparse", invalid_action_penalty=0.0, admissible=True))
+    c = swe_tiny.get_config()
+    assert data.env_spec(c, admissible=False) == EnvSpec(
+        "swe", dict(reward=c.env.reward_mode, invalid_action_penalty=c.env.invalid_action_penalty))
+    assert data.rl_pool_words(c) == f"{c.games.num_train} swe training tasks"
+
+
+def test_system_prompt_and_augmentation_come_from_the_family():
+    from configs import default, swe_tiny
+
+    c = default.get_config("smoke=True")
+    assert data.system_prompt(c) == chat.DEFAULT_INSTRUCTION
+    assert data.system_prompt(swe_tiny.get_config()) == families.SWE_SYSTEM_PROMPT
+    rng = np.random.default_rng(0)
+    c.unlock()
+    c.sft.augment_copies = 0
+    assert data.augmented_experts(c, [{"objective": "x"}], [], rng) == []
+    c.sft.augment_copies, c.env.family = 2, "swe"             # no augmentation for code repair
+    assert data.augmented_experts(c, [{"objective": "x"}], [], rng) == []
+
+
+def test_textworld_augmentation_renames_entities_consistently(tiny_games_dir):
+    c = tiny_config(tiny_games_dir)
+    c.unlock()
+    c.games.update(dict(num_sft=2, num_train=0, num_eval=0, num_eval_hard=0))
+    c.sft.augment_copies = 2
+    tasks = data.game_sets(c)["sft"]
+    expert = data.expert_data(c, tasks)
+    assert len(expert) == len(tasks) == 2
+    out = data.augmented_experts(c, expert, tasks, np.random.default_rng(0))
+    assert len(out) == 4
+    for ex in out:
+        assert len(ex["actions"]) == len(ex["observations"]) - 1 == len(ex["admissible"])
+    assert any(a["actions"] != e["actions"] for a, e in zip(out[::2], expert))
 
 
 def test_difficulty_names_follow_the_env_family():

@@ -1,6 +1,7 @@
 """Host-side text environments behind one small interface. Never imports jax."""
 
 from meowjax.envs.base import EnvError, ResetResult, StepResult, Task, TextEnv
-from meowjax.envs.registry import EnvSpec, make_env
+from meowjax.envs.registry import EnvSpec, Family, get_family, make_env, register_family
 
-__all__ = ["EnvError", "EnvSpec", "ResetResult", "StepResult", "Task", "TextEnv", "make_env"]
+__all__ = ["EnvError", "EnvSpec", "Family", "ResetResult", "StepResult", "Task", "TextEnv",
+           "get_family", "make_env", "register_family"]

@@ -57,9 +57,8 @@ def _worker_main(conn, spec: EnvSpec, target: str) -> None:
     ok | env_error | exception.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (close)
-    registry.FAMILIES[spec.family] = target  # the parent's registration (tests add families)
-    module_name = target.split(":")[0]
-    __import__(module_name)
+    __import__(target.split(":")[0])  # may register the family itself (import side effects)
+    registry.adopt_family(spec.family, target)  # else the parent's registration (runtime, tests)
     envs: dict[int, Any] = {}
     conn.send(("ready",))
     while True:
@@ -125,13 +124,11 @@ class EnvPool:
                  startup_timeout_s: float = 180.0):
         if num_workers < 0:
             raise EnvError(f"num_workers={num_workers} must be >= 0 (0 = in-process).")
-        if spec.family not in registry.FAMILIES:
-            make_env(spec)  # raises the registry's EnvError naming the known families
+        self._target = registry.get_family(spec.family).env  # unknown: names the known ones
         self.spec = spec
         self.num_workers = num_workers
         self.step_timeout_s = float(step_timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
-        self._target = registry.FAMILIES[spec.family]
         self._ctx = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = [self._start() for _ in range(num_workers)]
         self._local: dict[int, Any] = {}  # in-process envs (num_workers == 0)

@@ -24,9 +24,9 @@ policies is the outcome reward's.
 
 ``ExpertPlanTracker`` is the per-episode state a trainer calls once per step; ``ProcessRewardEnv``
 wraps any :class:`TextEnv` family so that ``reward_mode="process"`` works through an ``EnvPool``
-(its ``info`` carries ``process_reward``, ``progress``, ``plan_remaining``, ``outcome_reward``);
-``wrap_spec`` turns a run's ``EnvSpec`` into the wrapped one when ``reward_mode == "process"``.
-Host-only Python, no JAX.
+(its ``info`` carries ``process_reward``, ``progress``, ``plan_remaining``, ``outcome_reward``).
+It is the registry's reward wrapper of ``reward_mode="process"``
+(``registry.reward_spec(spec, "process")``). Host-only Python, no JAX.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class ProcessRewardEnv:
     """A :class:`TextEnv` whose reward is expert-plan progress, around any registered family.
 
     Built like every env from an :class:`EnvSpec` (picklable, so pool workers can build it):
-    ``EnvSpec("process", dict(inner_family="textworld", reward_mode="process", compact=True))``.
+    ``EnvSpec("textworld", dict(reward_mode="process", compact=True), wrapper="process")``.
     The inner env runs with ``reward_mode="dense"`` so its score gains stay visible in
     ``info["score_gain"]``; the returned reward is ``turn_reward(reward_mode, ...)`` plus the
     invalid-action penalty. ``info`` adds ``process_reward``, ``progress``, ``plan_remaining``,
@@ -227,20 +227,3 @@ class ProcessRewardEnv:
     def close(self) -> None:
         self.inner.close()
 
-
-def wrap_spec(spec: EnvSpec) -> EnvSpec:
-    """The env spec a trainer should build: for ``reward_mode="process"`` the same family inside
-    ``ProcessRewardEnv`` (registered here as family "process"); any other spec unchanged.
-
-        EnvPool(wrap_spec(EnvSpec(c.env.family, data.env_kwargs(c, admissible=...))), ...)
-    """
-    if spec.kwargs.get("reward_mode") != "process" or spec.family == "process":
-        return spec
-    register()
-    return EnvSpec("process", dict(spec.kwargs, inner_family=spec.family))
-
-
-def register() -> None:
-    """Registers the ``process`` family in this process (pool workers copy the parent's table)."""
-    from meowjax.envs import registry
-    registry.FAMILIES.setdefault("process", "meowjax.eval.process_reward:ProcessRewardEnv")

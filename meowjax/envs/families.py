@@ -1,0 +1,144 @@
+"""The built-in environment families: TextWorld, ALFWorld and code repair ("swe").
+
+Each record says how a run's config becomes the family's env options, task sets (train / sft /
+eval / eval_hard, disjoint seed ranges), difficulty names, system prompt and augmentation. The
+config is the run's ``ml_collections.ConfigDict`` (``c.env``, ``c.games``, ``c.seed``); held-out
+tasks come from ``games.eval_split`` ("test" for reported numbers, "valid" while tuning).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from meowjax.envs import textworld_augment, textworld_games
+from meowjax.envs.base import Task
+from meowjax.envs.registry import Family, common_env_kwargs
+from meowjax.envs.swe.tools import SYSTEM_PROMPT as SWE_SYSTEM_PROMPT
+
+
+# -- TextWorld -----------------------------------------------------------------------------------
+def textworld_env_kwargs(env: Any, admissible: bool) -> dict[str, Any]:
+    return dict(common_env_kwargs(env, admissible), compact=env.compact)
+
+
+def textworld_spec(c: Any, split: str, num: int, hard: bool) -> textworld_games.GameSetSpec:
+    """The game set of ``split`` at the training difficulty (``games.world_size`` ...) or the
+    harder one (``games.hard_world_size`` ...)."""
+    g = c.games
+    w, o, q = ((g.hard_world_size, g.hard_nb_objects, g.hard_quest_length) if hard
+               else (g.world_size, g.nb_objects, g.quest_length))
+    return textworld_games.GameSetSpec(kind=g.kind, world_size=w, nb_objects=o, quest_length=q,
+                                       split=split, num_games=num, level=g.level)
+
+
+def textworld_difficulty_name(c: Any, hard: bool) -> str:
+    """A game-set name, e.g. "w2-o3-q4"."""
+    return textworld_spec(c, "train", 0, hard).name
+
+
+def textworld_task_sets(c: Any) -> dict[str, list[Task]]:
+    """The RL pool ("train") is ``num_train`` games of the training difficulty plus
+    ``num_train_hard`` of the harder one, from the train seed range (disjoint from every
+    held-out game)."""
+    g = c.games
+    wanted = {"train": textworld_spec(c, "train", g.num_train, False),
+              "train_hard": textworld_spec(c, "train", g.num_train_hard, True),
+              "sft": textworld_spec(c, "sft", g.num_sft, False),
+              "eval": textworld_spec(c, g.eval_split, g.num_eval, False),
+              "eval_hard": textworld_spec(c, g.eval_split, g.num_eval_hard, True)}
+    out = {name: (textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
+                  if spec.num_games else [])
+           for name, spec in wanted.items()}
+    out["train"] = out["train"] + out.pop("train_hard")
+    return out
+
+
+def textworld_rl_pool(c: Any) -> str:
+    """The difficulty mix of ``games.num_train[_hard]``, e.g. "64 w2-o3-q4 + 8 w3-o5-q6 ..."."""
+    g = c.games
+    pool = f"{g.num_train} {textworld_difficulty_name(c, False)}"
+    if g.num_train_hard:
+        pool += f" + {g.num_train_hard} {textworld_difficulty_name(c, True)}"
+    return pool + " training games"
+
+
+TEXTWORLD = Family(
+    name="textworld", env="meowjax.envs.textworld_env:TextWorldEnv",
+    env_kwargs=textworld_env_kwargs, task_sets=textworld_task_sets,
+    difficulty_name=textworld_difficulty_name, rl_pool=textworld_rl_pool,
+    augment=textworld_augment.augment_experts, harder_rl_pool=True)
+
+
+# -- ALFWorld ------------------------------------------------------------------------------------
+def alfworld_eval_split(g: Any, hard: bool) -> str:
+    """ALFWorld's held-out split: seen rooms (valid_seen while tuning, else test) or, harder,
+    the unseen rooms."""
+    if hard:
+        return "valid_unseen"
+    return "valid_seen" if g.eval_split == "valid" else "test"
+
+
+def alfworld_difficulty_name(c: Any, hard: bool) -> str:
+    return f"ALFWorld {alfworld_eval_split(c.games, hard)}"
+
+
+def alfworld_task_sets(c: Any) -> dict[str, list[Task]]:
+    """``games.num_*`` games spread over the six task types; the harder split is ALFRED's unseen
+    rooms."""
+    from meowjax.envs import alfworld_gen
+    g = c.games
+    plan = {"train": ("train", g.num_train), "sft": ("sft", g.num_sft),
+            "eval": (alfworld_eval_split(g, False), g.num_eval),
+            "eval_hard": (alfworld_eval_split(g, True), g.num_eval_hard)}
+    out = {}
+    for name, (split, num) in plan.items():
+        per_type = -(-num // len(alfworld_gen.TASK_TYPES))
+        out[name] = (alfworld_gen.generate_alfworld_games(
+            os.path.join(g.cache_dir, "alfworld", split), num_per_type=per_type,
+            split=split, num_workers=g.gen_workers, seed=c.seed)[:num] if num else [])
+    return out
+
+
+ALFWORLD = Family(
+    name="alfworld", env="meowjax.envs.alfworld_env:AlfWorldEnv",
+    task_sets=alfworld_task_sets, difficulty_name=alfworld_difficulty_name)
+
+
+# -- code repair ---------------------------------------------------------------------------------
+def swe_env_kwargs(env: Any, admissible: bool) -> dict[str, Any]:
+    """SweEnv takes ``reward`` (its own modes) and lists no admissible commands."""
+    return dict(reward=env.reward_mode, invalid_action_penalty=env.invalid_action_penalty)
+
+
+def swe_tier(g: Any, hard: bool) -> int:
+    """The code-repair tier of the training difficulty (games.level) or the next one, capped at
+    the last tier of `swe.tasks.TIERS`."""
+    from meowjax.envs.swe import tasks as swe_tasks
+    return min(g.level + 1, max(swe_tasks.TIERS)) if hard else g.level
+
+
+def swe_difficulty_name(c: Any, hard: bool) -> str:
+    return f"code-repair tier {swe_tier(c.games, hard)}"
+
+
+def swe_task_sets(c: Any) -> dict[str, list[Task]]:
+    """Tier ``games.level`` tasks; the harder split is the next tier."""
+    from meowjax.envs.swe import tasks as swe_tasks
+    g = c.games
+    plan = {"train": ("train", g.num_train, g.level), "sft": ("sft", g.num_sft, g.level),
+            "eval": (g.eval_split, g.num_eval, g.level),
+            "eval_hard": (g.eval_split, g.num_eval_hard, swe_tier(g, True))}
+    out = {}
+    for name, (split, num, tier) in plan.items():
+        folder = os.path.join(g.cache_dir, f"swe-tier{tier}", split)
+        out[name] = swe_tasks.generate_tasks(folder, tier, split, num) if num else []
+    return out
+
+
+SWE = Family(
+    name="swe", env="meowjax.envs.swe.env:SweEnv", env_kwargs=swe_env_kwargs,
+    task_sets=swe_task_sets, difficulty_name=swe_difficulty_name,
+    system_prompt=SWE_SYSTEM_PROMPT)
+
+BUILTIN = (TEXTWORLD, ALFWORLD, SWE)
