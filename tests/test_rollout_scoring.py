@@ -175,7 +175,7 @@ def test_length_grouped_minibatches_pad_the_fewest_slots():
                     for c in chunks)
         assert slots == _min_slots_brute_force(lengths, size, bucket_list)
     # 3 rows <= 256 and 4 longer rows, chunks of 4: the partial chunk at the long end (the cut
-    # up to session 6) pads 4 x (320 + 320) slots; at the short end, 4 x (256 + 320).
+    # before 47d4ef0) pads 4 x (320 + 320) slots; at the short end, 4 x (256 + 320).
     lengths = [250] * 3 + [300] * 4
     best = buckets.length_grouped_minibatches(lengths, 4)
     cost = lambda cs: sum(4 * buckets.choose_bucket(max(lengths[i] for i in c), bucket_list)

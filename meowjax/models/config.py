@@ -45,11 +45,12 @@ class ModelConfig:
         too. "everything": no checkpoint, XLA keeps what it likes. On XLA:CPU each kept array
         is one more copy into the layer scan's stacked buffers, and recomputing elementwise
         ops is cheaper: "projections" halves a SmolLM2-135M update's temp memory (1666 vs
-        3200 MiB at B=4 x 256) and read 1.08x faster than "everything" in session 8, a
-        speedup that a later A/A control could not separate from noise (1.09x against the
-        reference's own second copy at 1.08x: ``benchmarks/train_step.py
-        --compare_saved_activations --control``); it left the default run's 3-layer model
-        unchanged (``benchmarks/score_step.py --compare=saved_activations``; RESULTS.md).
+        3200 MiB at B=4 x 256) and read 1.08x faster than "everything" when it landed
+        (608d008), a speedup that A/A-controlled reruns could not separate from noise (1.09x
+        against the reference's own second copy at 1.08x at 7ee5739, 1.02x against 0.99x at
+        a85ec97: ``benchmarks/train_step.py --compare_saved_activations --control``); it left
+        the default run's 3-layer model unchanged (``benchmarks/score_step.py
+        --compare=saved_activations``; docs/benchmarks-history.md).
       scan_unroll: decoder blocks per iteration of the layer scan (``nn.scan(unroll=...)``);
         unrolling a shallow model lets XLA fuse across blocks (same params, same math).
       attention_blocks: n, the query blocks of causal self-attention without a KV cache

@@ -4,12 +4,12 @@ What is enforced (and what is not — read before trusting it with hostile code)
   * Agent *tool actions* (ls/cat/grep/replace) only touch files inside the sandbox copy: absolute
     paths, ``..`` components, NUL bytes and any symlink on the way are refused, and the resolved
     real path must lie under the sandbox root.
-  * Tests run in a subprocess (``sys.executable``) in its own session/process group, with
-    a wall-clock limit (the whole group is SIGKILLed), an address-space limit (RLIMIT_AS),
-    a file-size limit (RLIMIT_FSIZE: bounds output and files written), no core dumps, stdin closed,
-    a scrubbed environment (HOME in a temp dir, proxies pointing at a closed port) and a
-    ``sitecustomize`` that replaces ``socket.socket``/``create_connection``/``getaddrinfo`` with
-    functions that raise. Only the first ``output_bytes`` of output are read back.
+  * Tests run in a subprocess (``sys.executable``) in a new process session (its own process
+    group), with a wall-clock limit (the whole group is SIGKILLed), an address-space limit
+    (RLIMIT_AS), a file-size limit (RLIMIT_FSIZE: bounds output and files written), no core dumps,
+    stdin closed, a scrubbed environment (HOME in a temp dir, proxies pointing at a closed port)
+    and a ``sitecustomize`` that replaces ``socket.socket``/``create_connection``/``getaddrinfo``
+    with functions that raise. Only the first ``output_bytes`` of output are read back.
   * NOT enforced: the *code under test* runs with this user's privileges; it can read files
     outside the sandbox, undo the socket patch (e.g. via ``_socket``), or spawn processes that
     leave the process group. There is no container or seccomp here. Use this for RL on generated
