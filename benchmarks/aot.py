@@ -23,7 +23,7 @@ Targets (name = function:preset):
     prefill  `lm.decode_step` of a [B, P] prompt into a P + T slot KV cache
     decode   `lm.decode_step` of one token per row through that cache
 
-    python -m benchmarks.aot                       # the default plan (see PLAN) -> RESULTS.md
+    python -m benchmarks.aot                       # the default plan (see PLAN) -> docs/benchmarks-history.md
     python -m benchmarks.aot --plan=tpu            # Qwen2.5 1.5B/7B on TPU v5p-128 and a
                                                    # v5e-8 host (needs libtpu, no TPU)
     python -m benchmarks.aot --targets=update:tiny --mesh=fsdp=2,tensor=2 --batch=4 --length=32
@@ -42,7 +42,7 @@ import time
 
 GIB = 1024 ** 3
 FITS = (16, 32, 80)  # device memory sizes checked, GiB
-DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks-history.md")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,7 @@ def compile_target(t: Target) -> dict:
     from meowjax import sharding
     from meowjax.models import config as config_lib
     from meowjax.models import lm
-    from meowjax.trainers import optim, text_steps
+    from meowjax.trainers import optim, steps, text_steps
 
     cfg = config_lib.get_preset(t.preset, dtype=t.dtype, param_dtype=t.dtype, remat=t.remat)
     mesh = sharding.make_mesh([("data", 1), ("fsdp", t.fsdp), ("tensor", t.tensor)],
@@ -153,8 +153,8 @@ def compile_target(t: Target) -> dict:
     if t.fn == "update":
         train_step.use_token_terms(t.token_terms)
         optimizer = optim.make_optimizer(1e-6, warmup_steps=1, total_steps=100, grad_clip=1.0)
-        step = text_steps.make_pg_step(cfg, optimizer, optimizer, train_step.pg_algo(),
-                                       temperature=1.0, needs_critic=False)
+        step = steps.make_pg_step(text_steps.TokenUnits(cfg), optimizer, optimizer,
+                                  train_step.pg_objective(), temperature=1.0, needs_critic=False)
         state_abs = optim.TrainState(
             step=jax.ShapeDtypeStruct((), jnp.int32), params=params_abs,
             opt_state=jax.eval_shape(optimizer.init, params_abs), value_params={},

@@ -6,13 +6,13 @@ the real rows' token counts per update batch in order, and ``metrics.jsonl``, wh
 into iterations). Each iteration's rows are then cut into ``rl.minibatch_rows``-row minibatches by
 
   before   the sorted order cut into full chunks from the short end, so the one partial chunk
-           (weight-0 padding rows) holds the longest rows (meowjax up to session 6);
+           (weight-0 padding rows) holds the longest rows (meowjax before 47d4ef0);
   current  ``buckets.length_grouped_minibatches``: full chunks from the long end, the partial
            chunk at the short end (the fewest padded slots of any such cut; see its docstring),
 
 each with the given length buckets, and the report prints, per policy: real tokens / slots
 (summed over the run), the mean over batches of the per-batch ratio (what ``metrics.jsonl``
-logged up to session 6), the share of slots in weight-0 rows, and the distinct [B, L] shapes
+logged before 47d4ef0), the share of slots in weight-0 rows, and the distinct [B, L] shapes
 (one compile each for the update and for the pre-update pass).
 
     python -m benchmarks.padding --workdir=runs/base_instr \\
@@ -31,12 +31,12 @@ import numpy as np
 
 from meowjax.rollout import buckets
 
-DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks-history.md")
 
 
 def before_chunks(lengths: Sequence[int], size: int) -> list[np.ndarray]:
-    """The reference cut (sessions 1-6): sorted, full chunks from the short end, the one partial
-    chunk last (the longest rows)."""
+    """The reference cut (meowjax before 47d4ef0): sorted, full chunks from the short end, the
+    one partial chunk last (the longest rows)."""
     order = np.argsort(np.asarray(lengths), kind="stable")
     return [order[i:i + size] for i in range(0, len(order), size)]
 

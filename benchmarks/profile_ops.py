@@ -10,7 +10,7 @@ then ``--calls`` more runs are traced (``jax.profiler.trace`` with a Perfetto tr
 trace's complete events are summed per name and per op kind (the name without its ".N" suffix:
 ``ynn_fusion``, ``dynamic-slice_bitcast_fusion``, ``copy``, ...), per call. On XLA:CPU the ops of
 one call run on a pool of threads, so the op total can exceed the wall time. Prints a table; no
-RESULTS.md section (timings of one machine, to find what to change next).
+docs/benchmarks-history.md section (timings of one machine, to find what to change next).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from benchmarks import train_step
 from meowjax.models import config as config_lib
 from meowjax.models import lm
 from meowjax.rollout.sampler import Sampler
-from meowjax.trainers import host_memory
+from meowjax.runtime import host_memory
 
 # Runtime / host events, not XLA ops.
 _NOT_OPS = ("ThunkExecutor", "$", "Pjit", "Common", "Slinky", "while", "end: ", "np.asarray")

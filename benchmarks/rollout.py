@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks-history.md")
 TIMED_ATTRS = ("score_fn", "sampler", "sft_step", "pg_step", "old_terms")
 _COMPILE_RE = re.compile(r"Compiling (\S+) with global shapes and types (.*?)\. Argument mapping")
 

@@ -39,9 +39,9 @@ from benchmarks.train_step import machine_line
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
 from meowjax.rollout.sampler import Sampler, _top_p_filter, sample_tokens
-from meowjax.trainers import host_memory
+from meowjax.runtime import host_memory
 
-DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks-history.md")
 
 
 class AllLogitsPrefillSampler(Sampler):
@@ -163,7 +163,7 @@ def bench_folder(folder: str, name: str, batch: int, prompt_len: int, new_tokens
 
 
 def generate_table(results: list[dict], note: str = "") -> str:
-    """The section appended to RESULTS.md by a plain (non --prefill_compare) run."""
+    """The section appended to docs/benchmarks-history.md by a plain (non --prefill_compare) run."""
     lines = [f"\n### Sampler vs transformers `generate` (`benchmarks/sampler.py`) {note}".rstrip(),
              "", f"Machine: {machine_line()}, torch {torch.__version__} "
              f"({torch.get_num_threads()} threads), transformers {transformers.__version__}. "
@@ -232,7 +232,7 @@ def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, 
 
 
 def compare_table(results: list[dict], note: str = "") -> str:
-    """The before/after section appended to RESULTS.md by a --<kind>_compare run."""
+    """The before/after section appended to docs/benchmarks-history.md by a --<kind>_compare run."""
     cmp = COMPARISONS[results[0].get("kind", "prefill")]
     lines = [f"\n### Sampler {cmp['what']} (`benchmarks/sampler.py {cmp['flag']}`) "
              f"{note}".rstrip(), "", f"Machine: {machine_line()}. "

@@ -16,7 +16,7 @@ it in the same rounds: an A/A pair whose ratio is the run's noise, printed besid
 The process keeps freed host memory as the experiment entry points do
 (``--no-keep_host_memory``: glibc's defaults).
 
-    python -m benchmarks.score_step                 # appends a table to benchmarks/RESULTS.md
+    python -m benchmarks.score_step                 # appends a table to docs/benchmarks-history.md
     python -m benchmarks.score_step --repeats=3 --results=''
     python -m benchmarks.score_step --compare=saved_activations
     python -m benchmarks.score_step --compare=attention_blocks
@@ -38,10 +38,12 @@ from benchmarks.train_step import machine_line, update_runner
 from configs import default
 from meowjax.models import config as config_lib
 from meowjax.models import lm
+from meowjax.rl import objective
 from meowjax.rollout import buckets, scoring
-from meowjax.trainers import host_memory, optim, score_steps
+from meowjax.runtime import host_memory
+from meowjax.trainers import optim, score_steps, steps
 
-DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks-history.md")
 
 
 def packed_batch(vocab: int, rows: int, length: int, max_cands: int, seed: int = 0) -> dict:
@@ -90,9 +92,9 @@ def compare(rows: int, length: int, repeats: int, what: str = "unroll",
         variants["control"] = variants["reference"]
     runs, loss = {}, {}
     for name, overrides in variants.items():
-        step = score_steps.make_sft_step(cfg.replace(**overrides), opt,
-                                         max_cands=c.policy.max_cands, norm=c.policy.score_norm,
-                                         lm_coef=c.sft.lm_coef)
+        units = score_steps.ScoreUnits(cfg.replace(**overrides), max_cands=c.policy.max_cands,
+                                       norm=c.policy.score_norm)
+        step = steps.make_sft_step(units, opt, objective.ObjectiveConfig(lm_coef=c.sft.lm_coef))
         state = optim.TrainState(step=jnp.int32(0), params=jax.tree.map(jnp.copy, params),
                                  opt_state=opt.init(params), value_params={}, value_opt_state={})
         run = update_runner(step, state, batch)

@@ -26,12 +26,12 @@ Compute efficiency, measured in the same run:
         --length=256
     python -m benchmarks.train_step --compare_saved_activations --control   # + an A/A pair
 
-The whole process runs with `meowjax.trainers.host_memory.keep_freed_memory()` (as the
+The whole process runs with `meowjax.runtime.host_memory.keep_freed_memory()` (as the
 experiment entry points do; ``--no-keep_host_memory`` leaves glibc's defaults), so both sides
 reuse freed host pages; ``--compare_host_memory`` times our update with glibc's defaults vs
 kept memory, interleaved in one process, with the page faults per update.
 
-Appends a Markdown table to benchmarks/RESULTS.md (``--results=''`` to skip). Speed is never
+Appends a Markdown table to docs/benchmarks-history.md (``--results=''`` to skip). Speed is never
 asserted: this prints ratios.
 """
 from __future__ import annotations
@@ -54,10 +54,11 @@ from benchmarks.timing import (MatmulPeak, control_lines, measure_peak, time_int
 from configs import common
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
-from meowjax.rl import losses
-from meowjax.trainers import host_memory, optim, text_steps
+from meowjax.rl import losses, objective
+from meowjax.runtime import host_memory
+from meowjax.trainers import optim, steps, text_steps
 
-DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "RESULTS.md")
+DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks-history.md")
 CLIP_EPS, LR, GRAD_CLIP = 0.2, 1e-5, 1.0
 
 
@@ -104,12 +105,12 @@ def make_batch(cfg: config_lib.ModelConfig, batch: int, length: int, seed: int =
     }
 
 
-def pg_algo():
-    """The PG hyper-parameters of the base config (PPO clip 0.2, no KL/entropy in the loss)."""
+def pg_objective() -> objective.ObjectiveConfig:
+    """The PG objective of the base config (PPO clip 0.2, no KL/entropy in the loss)."""
     algo = common.base_config().rl
     algo.unlock()
     algo.clip_eps = CLIP_EPS
-    return algo
+    return objective.ObjectiveConfig.from_section(algo)
 
 
 _LIBRARY_TOKEN_TERMS = text_steps.token_terms
@@ -154,8 +155,8 @@ def compiled_pg_step(cfg, params, batch_np, variant: str = "current", guard: str
         optimizer = optax.GradientTransformation(optimizer.init, optimizer.update)
     elif guard == "per_leaf":
         optimizer = optimizer._replace(grad_clip=None, tail=None)
-    step = text_steps.make_pg_step(cfg, optimizer, optimizer, pg_algo(), temperature=1.0,
-                                   needs_critic=False)
+    step = steps.make_pg_step(text_steps.TokenUnits(cfg), optimizer, optimizer, pg_objective(),
+                              temperature=1.0, needs_critic=False)
     state = optim.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                              opt_state=optimizer.init(params), value_params={}, value_opt_state={})
     batch = {k: jnp.asarray(v) for k, v in batch_np.items()}
@@ -381,7 +382,7 @@ def compare_variants(preset: str, batch: int, length: int, repeats: int, dtype: 
 
 
 def variants_table(results: list[VariantResult], note: str = "") -> str:
-    """The before/after section appended to RESULTS.md by --compare / --compare_guard."""
+    """The before/after section appended to docs/benchmarks-history.md by --compare / --compare_guard."""
     mib = lambda b: f"{b / 2**20:.0f}"
     what = results[0].what if results else "token_terms"
     lines = [f"\n### PG update: {COMPARED[what]} (`benchmarks/train_step.py "
@@ -429,7 +430,7 @@ def machine_line() -> str:
 
 
 def markdown_table(results: list[StepResult], peak: MatmulPeak, note: str = "") -> str:
-    """The section appended to RESULTS.md."""
+    """The section appended to docs/benchmarks-history.md."""
     fmt = lambda x, spec: "-" if x is None else format(x, spec)
     lines = [f"\n### Training step (`benchmarks/train_step.py`) {note}".rstrip(), "",
              f"Machine: {machine_line()}; measured {peak.describe()}.", "",
@@ -475,7 +476,7 @@ def main(argv: list[str] | None = None) -> list[StepResult]:
                         help="only time the update with optax.apply_if_finite vs ours")
     parser.add_argument("--compare_host_memory", action="store_true",
                         help="only time the update with glibc's default allocator vs kept "
-                        "host memory (meowjax.trainers.host_memory)")
+                        "host memory (meowjax.runtime.host_memory)")
     parser.add_argument("--compare_norm", action="store_true",
                         help="only time the update with the per-leaf guard vs one global norm")
     parser.add_argument("--compare_saved_activations", action="store_true",

@@ -8,6 +8,9 @@ e.g. ``--config=configs/default.py:smoke=True``. Fields are then overridable wit
 from __future__ import annotations
 
 import ml_collections
+from ml_collections.config_dict import placeholder
+
+from meowjax import rl
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -59,10 +62,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.overrides = ml_collections.ConfigDict({}, type_safe=False)
 
     # Policy interface: "score" (LM scores admissible commands) or "generate" (free text).
-    # history (score interface): the last observation is prefixed with "Actions so far: ...".
+    # window (score interface, required there): past turns repeated in the prompt; the free-text
+    # interface keeps the whole episode in its context (up to max(rollout.length_buckets)
+    # tokens) and refuses a window. history (score interface): the last observation is prefixed
+    # with "Actions so far: ...". eval_temperature: sampled evaluation episodes (Pass@(K,T));
+    # unset = the training temperature; greedy evaluation ignores both.
     c.policy = ml_collections.ConfigDict(dict(
-        interface="score", window=2, history=False, max_cands=48, score_norm="sum",
-        temperature=1.0, eval_temperature=0.0, max_action_tokens=12, max_context=1024))
+        interface="score", window=placeholder(int), history=False, max_cands=48,
+        score_norm="sum", temperature=1.0, eval_temperature=placeholder(float),
+        max_action_tokens=12))
     c.rollout = ml_collections.ConfigDict(dict(
         length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4))
 
@@ -76,12 +84,21 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft = ml_collections.ConfigDict(dict(
         epochs=6, batch_rows=32, lr=1e-3, warmup_steps=20, grad_clip=1.0, weight_decay=0.0,
         augment_copies=0, lm_coef=0.0))
+    # The objective (meowjax.rl.objective): PPO clip (clip_eps_high / dual_clip / value_clip:
+    # 0 = off), KL to the SFT policy in the loss or folded into the rewards (kl_in_loss, with
+    # kl_kind's estimator either way), entropy bonus, auxiliary LM loss, aggregation `agg` (one
+    # of meowjax.rl.AGG_MODES). Each advantage estimator reads the shared gamma / lam plus its
+    # own section rl.<estimator> (e.g. rl.grpo.use_std, rl.gigpo.step_weight), whose fields and
+    # defaults come from the estimator registry.
     c.rl = ml_collections.ConfigDict(dict(
-        estimator="rloo", gamma=1.0, lam=1.0, grpo_use_std=True, whiten_advantages=False,
+        estimator="rloo", gamma=1.0, lam=1.0, whiten_advantages=False, agg="token_mean",
         clip_eps=0.2, clip_eps_high=0.0, dual_clip=0.0, value_clip=0.5,
         kl_coef=0.0, kl_kind="k3", kl_in_loss=True, entropy_coef=0.0,
         epochs=2, minibatch_rows=32, lr=3e-4, critic_lr=1e-3, warmup_steps=5, grad_clip=1.0,
         weight_decay=0.0, lm_coef=0.0))
+    for name, spec in rl.ESTIMATORS.items():
+        if spec.defaults:
+            c.rl[name] = ml_collections.ConfigDict(dict(spec.defaults))
 
     c.mesh = ml_collections.ConfigDict(dict(axes=(("data", -1), ("fsdp", 1), ("tensor", 1))))
     # Greedy success on both held-out splits at the start of RL and at the end; Pass@(K,T) from

@@ -1,8 +1,8 @@
 """The default main job: a from-scratch agent learns TextWorld w2-o3-q4 games on a 2-core CPU.
 
-Interface: the LM scores the game's admissible commands (GLAM-style; see README for why and for
-the measured figures); a small SFT prior on expert walkthroughs (with entity-name augmentation),
-then RLOO policy-gradient updates on groups of episodes; evaluated (greedy, and Pass@(K,T) from
+Interface: the LM scores the game's admissible commands (GLAM-style; the README says why, and
+docs/results-history.md holds the measured runs); a small SFT prior on expert walkthroughs
+(with entity-name augmentation), then RLOO policy-gradient updates on groups of episodes; evaluated (greedy, and Pass@(K,T) from
 sampled episodes) on held-out test games of the training difficulty and of a harder one.
 
     python -m experiments.train --config=configs/default.py --workdir=runs/default
@@ -13,7 +13,7 @@ from configs import common
 
 # A ~0.6M-parameter decoder (plus a 1024 x 128 tied embedding): what 2 CPU cores can train on
 # ~300-token rows in minutes. scan_unroll=3 (all layers in one scan step): 1.10-1.11x faster
-# update steps (benchmarks/score_step.py, RESULTS.md), same math.
+# update steps (benchmarks/score_step.py, docs/benchmarks-history.md), same math.
 MINI = dict(hidden_size=128, intermediate_size=384, num_layers=3, num_heads=4, num_kv_heads=2,
             head_dim=32, scan_unroll=3)
 
@@ -44,10 +44,10 @@ def get_config(arg=None):
     # lr 3e-3: 50% on the validation games after SFT of 120 games (1e-3: 35%, 6e-3: 45%).
     c.sft.update(dict(epochs=2, batch_rows=16, lr=3e-3, augment_copies=2, lm_coef=1.0))
     # Length buckets fitted to the rows of this run (turn rows of 174-446 tokens, median 251,
-    # 90% <= 302: the RL update rows of a session-7 run): with 32-token steps where most rows lie,
+    # 90% <= 302: the RL update rows of one default run): with 32-token steps where most rows lie,
     # 82.4% of the update's slots hold real tokens vs 78.2% with (256, 320, 384, 448, 512, 768),
     # 86.8% with the update's partial minibatch padded to a multiple of 8 rows
-    # (benchmarks/padding.py, RESULTS.md).
+    # (benchmarks/padding.py, docs/benchmarks-history.md).
     c.rollout.update(dict(tasks_per_iter=8, group_size=4,
                           length_buckets=(224, 256, 288, 320, 384, 448, 512, 768)))
     # Process reward (expert-plan progress, potential-based): undoing progress (closing what was

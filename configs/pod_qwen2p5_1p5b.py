@@ -27,11 +27,13 @@ def get_config(arg=None):
     c.model.update(dict(preset="qwen2.5-1.5b", init="hf", hf_path=arg.hf_path))
     c.model.overrides = ml_collections.ConfigDict({"dtype": "bfloat16"}, type_safe=False)
     c.policy.update(dict(interface="generate", temperature=0.7, eval_temperature=0.4,
-                         max_action_tokens=32, max_context=4096))
+                         max_action_tokens=32))
     c.rollout.update(dict(length_buckets=(1024, 2048, 3072, 4096), tasks_per_iter=64,
                           group_size=8))
     c.budget.update(dict(total_episodes=64_000, sft_share=0.0))
-    c.rl.update(dict(estimator="gae", kl_coef=0.01, kl_in_loss=False, lr=1e-6, critic_lr=1e-5,
+    # KL in the reward with the k1 estimator (log pi - log pi_ref per token), as in verl.
+    c.rl.update(dict(estimator="gae", kl_coef=0.01, kl_in_loss=False, kl_kind="k1",
+                     lr=1e-6, critic_lr=1e-5,
                      minibatch_rows=256, epochs=1, warmup_steps=10))
     c.mesh.axes = (("data", -1), ("fsdp", arg.fsdp or 4), ("tensor", arg.tensor))
     # coordinator "auto": Cloud TPU provides address, process count and id to every host.
@@ -44,7 +46,7 @@ def get_config(arg=None):
         c.model.overrides = ml_collections.ConfigDict({}, type_safe=False)
         c.mesh.axes = (("data", -1), ("fsdp", arg.fsdp or 1), ("tensor", arg.tensor))
         c.distributed.coordinator_address = ""
-        c.rollout.length_buckets = (128, 256)
+        c.rollout.length_buckets = (128, 256, 512, 1024)   # 1024: whole free-text episodes
         c.pod.update(dict(check_batch_rows=8, check_length=100))
         c.env.num_workers = 0
         c.games.update(dict(num_train=2, num_sft=2, num_eval=2, num_eval_hard=1, gen_workers=1,

@@ -23,7 +23,9 @@ def get_config(arg=None):
     c.rollout.update(dict(length_buckets=(256, 512, 768, 1024, 1536), tasks_per_iter=2,
                           group_size=2))
     c.turns.update(dict(max_turns=8, eval_max_turns=8))
-    c.rl.update(dict(estimator="gae", kl_coef=0.01, kl_in_loss=False, lr=1e-6, critic_lr=1e-5,
+    # KL in the reward with the k1 estimator (log pi - log pi_ref per token), as in verl.
+    c.rl.update(dict(estimator="gae", kl_coef=0.01, kl_in_loss=False, kl_kind="k1",
+                     lr=1e-6, critic_lr=1e-5,
                      epochs=1, minibatch_rows=2, warmup_steps=1))
     c.sft.update(dict(epochs=1, batch_rows=2, lr=1e-5, warmup_steps=1))
     c.games.update(dict(num_train=8, num_sft=4, num_eval=6, num_eval_hard=0))

@@ -2,8 +2,8 @@
 
 One cell = one run: ``estimator`` (gae = PPO with a critic, grpo, rloo), ``reward`` (sparse =
 outcome only, dense = score delta, process = expert-plan progress from
-meowjax/eval/process_reward.py; needs the trainer to wrap its env spec for
-``env.reward_mode="process"``, see that module), ``sft_share`` of the episode budget spent on SFT
+meowjax/envs/process_reward.py, the reward wrapper ``trainers.data.env_spec`` puts around the
+family for ``env.reward_mode="process"``), ``sft_share`` of the episode budget spent on SFT
 demonstrations, ``seed``. experiments/studies.py sweeps the cells and writes the comparison.
 
     python -m experiments.train --config=configs/study_algos.py:estimator=gae,reward=dense \
@@ -30,6 +30,7 @@ def get_config(arg=None):
     c.name = f"study_algos_{arg.estimator}_{arg.reward}_sft{arg.sft_share:g}"
     c.seed = arg.seed
     c.rl.estimator = arg.estimator
+    c.policy.window = 2            # the last two turns repeated in each scoring prompt
     c.env.reward_mode = arg.reward
     c.budget.sft_share = arg.sft_share
     c.games.num_sft = max(c.games.num_sft, int(round(

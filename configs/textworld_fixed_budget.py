@@ -36,6 +36,7 @@ def get_config(arg=None):
     arg = common.parse_arg(arg, smoke=False, seed=0, max_turns=12)
     c = common.base_config()
     c.name = "textworld_fixed_budget"
+    c.policy.window = 2            # the last two turns repeated in each scoring prompt
     c.seed = arg.seed
     c.turns.update(dict(max_turns=arg.max_turns, budget_mix=(), eval_max_turns=max(EVAL_BUDGETS)))
     c.eval.update(dict(pass_ts=EVAL_BUDGETS, num_samples=4, pass_ks=(1, 2, 4)))

@@ -19,7 +19,9 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from meowjax.trainers import evaluate, host_memory, xla_cache
+from meowjax.runtime import host_memory, xla_cache
+
+from meowjax.trainers import evaluate
 
 def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""
@@ -41,7 +43,7 @@ def define_flags() -> None:
     flags.DEFINE_string("compile_cache", xla_cache.DEFAULT_DIR,
                         "JAX persistent compilation cache folder ('' = off).")
     flags.DEFINE_bool("keep_host_memory", True, "Reuse freed host memory instead of returning "
-                      "it to the OS (glibc; meowjax/trainers/host_memory.py).")
+                      "it to the OS (glibc; meowjax/runtime/host_memory.py).")
 
 
 def main(argv):

@@ -26,8 +26,8 @@ import numpy as np
 from absl import app, flags, logging
 
 from configs import study_algos, textworld_budgetmix, textworld_fixed_budget
-from meowjax.eval import passk, process_reward, report, stats
-from meowjax.trainers import host_memory, xla_cache
+from meowjax.eval import report, stats
+from meowjax.runtime import host_memory, xla_cache
 
 STUDIES = ("algos", "budget")
 RESULT_FILE = "cell_result.json"
@@ -165,7 +165,6 @@ def run_study(study: str, workdir: str, *, smoke: bool, seeds: Sequence[int],
     """Runs every cell of ``study`` under ``workdir`` and writes the report; returns its path."""
     if study not in STUDIES:
         raise ValueError(f"study={study!r}; choose one of {STUDIES}.")
-    process_reward.register()   # the "process" env family, for reward=process cells
     cells = (algo_cells(estimators, rewards, sft_shares, seeds, smoke) if study == "algos"
              else budget_cells(seeds, smoke))
     results = []
@@ -194,7 +193,7 @@ def define_flags() -> None:
                         f"compiled shapes; default {xla_cache.DEFAULT_DIR}, --smoke: "
                         "<workdir>/jax_cache).")
     flags.DEFINE_bool("keep_host_memory", True, "Reuse freed host memory instead of returning "
-                      "it to the OS (glibc; meowjax/trainers/host_memory.py).")
+                      "it to the OS (glibc; meowjax/runtime/host_memory.py).")
 
 
 def main(argv):

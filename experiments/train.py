@@ -11,19 +11,19 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from meowjax.trainers import run as run_lib
-from meowjax.trainers import host_memory, xla_cache
+from meowjax.runtime import host_memory, xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and reports go.")
 _CACHE = flags.DEFINE_string(
     "compile_cache", xla_cache.DEFAULT_DIR,
     "JAX persistent compilation cache folder: later runs with the same shapes load the compiled "
-    "programs instead of compiling them ('' = off; see meowjax/trainers/xla_cache.py).")
+    "programs instead of compiling them ('' = off; see meowjax/runtime/xla_cache.py).")
 
 _KEEP_MEMORY = flags.DEFINE_bool(
     "keep_host_memory", True,
     "Keep freed host memory in the process for the next step's buffers instead of giving it back "
-    "to the OS and faulting it in again (glibc; see meowjax/trainers/host_memory.py).")
+    "to the OS and faulting it in again (glibc; see meowjax/runtime/host_memory.py).")
 
 
 def main(argv):

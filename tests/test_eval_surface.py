@@ -5,7 +5,6 @@ import math
 import os
 import shutil
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -13,7 +12,8 @@ import pytest
 from configs import study_algos
 from meowjax.envs.textworld_env import TextWorldEnv
 from meowjax.eval import passk, stats
-from meowjax.trainers import evaluate
+from meowjax.rollout import trajectory
+from meowjax.trainers import evaluate, loop
 
 CELL = "estimator=rloo,reward=sparse,sft_share=0.5,seed=0,smoke=True"
 CELL_DIR = "rloo_-_sparse_-_sft_0.5_seed0"   # experiments.studies.Cell.name of that cell
@@ -28,12 +28,27 @@ def cell_config(games_dir):
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_games_dir, tmp_path_factory):
+def trained(trained_cell):
     """One smoke study cell trained to the end (SFT -> 2 RL iterations -> final eval)."""
-    from meowjax.trainers import run
-    workdir = str(tmp_path_factory.mktemp("trained") / CELL_DIR)
-    run.run(cell_config(tiny_games_dir), workdir)
-    return workdir
+    return trained_cell.workdir
+
+
+@pytest.mark.slow
+def test_one_evaluation_path_trainer_and_evaluate_agree_game_by_game(trained, tiny_games_dir):
+    """The trainer's final evaluation and trainers.evaluate (the evaluate CLI's path) on the
+    same checkpoint and seed play the same episodes: identical greedy per-game outcomes and an
+    identical sampled Pass@(K,T) table."""
+    c = cell_config(tiny_games_dir)
+    final = json.load(open(os.path.join(trained, "evals.json")))["final"]
+    agent = evaluate.load_agent(c, trained)
+    assert agent.trainer.training is False and not agent.trainer.sets  # no training data built
+    tasks = evaluate.named_tasks(c, "eval")
+    ts = tuple(c.eval.pass_ts)
+    assert max(ts) == c.turns.eval_max_turns
+    r = evaluate.evaluate_agent(agent, tasks, ks=c.eval.pass_ks, ts=ts,
+                                samples=c.eval.num_samples, mode="single_run", seed=c.seed)
+    assert r.greedy["per_game"] == final["eval"]["per_game"]
+    np.testing.assert_array_equal(r.pass_kt.mean_KT, np.asarray(final["pass_at_k_t"]["mean"]))
 
 
 @pytest.mark.slow
@@ -140,37 +155,35 @@ def test_study_tables_and_budget_curves_average_over_seeds(tmp_path):
 
 # -- a scripted expert agent: exact numbers -------------------------------------------------------
 class ScriptedTrainer:
-    """Plays the walkthrough, with j useless 'inventory' actions first in the j-th sample."""
+    """Plays the walkthrough, with j useless 'inventory' actions first in the j-th sample; the
+    trainer's own evaluation player (``play_tasks``) drives it."""
 
     needs_admissible = False
     batch_rows = 8
+    eval_temperature = 1.0
+    play_tasks = loop.AgentTrainer.play_tasks
 
     def __init__(self, c):
         self.c = c
 
-    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key):
+    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature):
         slots = [t for t in tasks for _ in range(group_size)]
         resets = pool.reset(slots, budgets)
         scripts = [["inventory"] * (0 if greedy else i % group_size) + list(r.walkthrough)
                    for i, r in enumerate(resets)]
-        eps = [types.SimpleNamespace(task_id=t.task_id, group_id=i // group_size, actions=[],
-                                     won=False, success_turn=None, turns=0, done=False)
+        eps = [trajectory.Trajectory(t.task_id, i // group_size, [], False, None, {})
                for i, t in enumerate(slots)]
-        while not all(e.done for e in eps):
-            acts = [None if e.done else s[e.turns] for e, s in zip(eps, scripts)]
-            for e, a, r in zip(eps, acts, pool.step(acts)):
+        done = [False] * len(eps)
+        while not all(done):
+            acts = [None if d else s[e.num_turns] for e, d, s in zip(eps, done, scripts)]
+            for i, (e, a, r) in enumerate(zip(eps, acts, pool.step(acts))):
                 if a is None:
                     continue
-                e.actions.append(a)
-                e.turns += 1
+                e.turns.append(trajectory.make_turn("", a, r.reward, False, 0.0))
                 if r.won:
-                    e.won, e.success_turn = True, e.turns
-                e.done = r.done or e.turns >= len(scripts[eps.index(e)])
+                    e.won, e.success_turn = True, e.num_turns
+                done[i] = r.done or e.num_turns >= len(scripts[i])
         return eps
-
-    def view(self, e):
-        return {"won": e.won, "success_turn": e.success_turn, "turns": e.turns, "reward": 0.0,
-                "invalid": 0, "task_id": e.task_id, "group_id": e.group_id, "overflow": False}
 
 
 def test_scripted_expert_gives_exact_pass_at_k_t_in_both_modes(tiny_games_dir):

@@ -45,7 +45,8 @@ _SCRIPT = textwrap.dedent(
         c.mesh.axes = tuple(tuple(a) for a in axes)
         # sft.lm_coef stays the default run's 1.0: the SFT steps include the auxiliary prompt
         # LM loss. (An early version deadlocked in an XLA CPU collective with it on and set it to
-        # 0; session 11 ran it on 8 fake devices five times, two of them concurrently: no hang.)
+        # 0; at 153324f five runs on 8 fake devices, two of them concurrent, finished without a
+        # hang and matched one device.)
         assert c.sft.lm_coef > 0
         c.env.reward_mode = "sparse"
         # The test's own learning rates (not the default run's tuned ones): the parameter bound
@@ -70,7 +71,7 @@ _SCRIPT = textwrap.dedent(
     same = lambda tree, want: [x.sharding == s for x, s in zip(leaves(tree), leaves(want))]
     want_sft, want_rl = t.shardings[loop.SFT].state, t.shardings[loop.RL].state
 
-    state, ref, meta = t._restore()
+    state, ref, meta = t.restore_state()
     out["fresh_sft_ok"] = all(same(state, want_sft))
     batch = t.pack(t.sft_rows[:8], 8, "sft")
     out["sft_loss"] = []
@@ -113,12 +114,13 @@ _SCRIPT = textwrap.dedent(
     out["embed_spec"] = str(state.params["embed"]["embedding"].sharding.spec)
     out["step_spec"] = str(state.step.sharding.spec)
     rollout = t.place.batch(t.pack(t.sft_rows[:4], t.batch_rows, "rollout"))
-    out["score_logp"] = np.asarray(t.score_fn(state.params, rollout))[:4].tolist()
+    out["score_logp"] = np.asarray(
+        t.score_fn(state.params, rollout, np.float32(1.0)))[:4].tolist()
     out["batch_spec"] = str(rollout["tokens"].sharding.spec)
 
     meta = {"phase": loop.RL, "sft_step": 2, "iteration": 1, "ckpt_index": 0, "evals": {}}
     t._save(state, ref, meta)
-    state2, ref2, meta2 = t._restore()
+    state2, ref2, meta2 = t.restore_state()
     out["restored_ok"] = all(same(state2, want_rl)) and all(same(ref2, want_rl.params))
     out["restored_equal"] = all(bool(jnp.array_equal(a, b))
                                 for a, b in zip(leaves(state2), leaves(state)))

@@ -11,6 +11,7 @@ from configs import default
 from meowjax.trainers import data, loop
 from meowjax.trainers.score_trainer import ScoreTrainer
 from meowjax.trainers.text_trainer import TextTrainer
+from tests import config_tracking
 
 
 def tiny_config(games_dir, **rl):
@@ -37,14 +38,17 @@ def _leaves_differ(a, b):
 @pytest.mark.parametrize("estimator", ["rloo", "grpo", "gae"])
 def test_score_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
     c = tiny_config(tiny_games_dir, estimator=estimator, minibatch_rows=16)
-    trainer = ScoreTrainer(c, str(tmp_path))
+    tracked = config_tracking.track(c)   # configs/default.py's honesty check rides on this run
+    trainer = ScoreTrainer(tracked, str(tmp_path))
     with CompileCounter() as counter:
         out = trainer.run()
     assert out["rl_iters"] == 2 and out["sft_rows"] > 0
+    if estimator == "rloo":   # default's own estimator: every field default.py sets was read
+        config_tracking.assert_honest("default", tracked)
     # Compiles are the trainer's own programs, each once per input signature, plus a few
     # setup-time eager ops (key creation, placement, a scalar): no per-op compiles of the RL
     # math or of optimizer-moment / reference-copy creation (57 of this run's 82 were, before).
-    programs = {"step", "score", "old_terms", "_advantages", "_copy_tree", "new_sft_state",
+    programs = {"step", "score", "old_terms", "advantages", "_copy_tree", "new_sft_state",
                 "new_rl_state", "init_params"}
     assert all(counter.by_fn[f] == len(counter.signatures[f]) for f in programs)
     assert counter.by_fn["_copy_tree"] <= 1, counter.by_fn  # module-level jit: once a process
@@ -77,8 +81,7 @@ def test_score_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
 def test_text_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
     c = tiny_config(tiny_games_dir, estimator=estimator, minibatch_rows=4)
     c.unlock()
-    c.policy.interface = "generate"
-    c.policy.max_action_tokens = 6
+    c.policy.update(dict(interface="generate", window=None, history=False, max_action_tokens=6))
     c.lock()
     trainer = TextTrainer(c, str(tmp_path))
     out = trainer.run()
@@ -91,7 +94,7 @@ def test_text_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
 
 
 def test_compile_clock_counts_each_backend_compile():
-    from meowjax.trainers import metrics_log
+    from meowjax.runtime import metrics_log
     clock = metrics_log.CompileClock()
     f = jax.jit(lambda x: x * 2.0 + 1.0)
     for n in (3, 3, 5):   # numpy inputs: no other jitted op runs in between
@@ -105,7 +108,7 @@ def test_compile_clock_counts_each_backend_compile():
 _CACHE_PROBE = """
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
-from meowjax.trainers import metrics_log, xla_cache
+from meowjax.runtime import metrics_log, xla_cache
 xla_cache.enable(sys.argv[1], min_compile_s=0.0)
 clock = metrics_log.CompileClock()
 f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(0) * 3.0)
@@ -130,7 +133,7 @@ def test_persistent_compile_cache_loads_a_later_process_compile(tmp_path):
     assert first["compiles"] == second["compiles"] >= 1  # a hit still passes the compile step
     assert second["out"] == first["out"]
     assert any((tmp_path / "xc").iterdir())
-    from meowjax.trainers import xla_cache
+    from meowjax.runtime import xla_cache
     assert xla_cache.enable("") == ""   # '' leaves the cache off
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from meowjax.trainers import host_memory
+from meowjax.runtime import host_memory
 
 _PAGES = (64 << 20) // 4096  # pages of one 64 MiB buffer
 
@@ -16,7 +16,7 @@ _PAGES = (64 << 20) // 4096  # pages of one 64 MiB buffer
 # in order. As in the entry points, a first "keep" comes before the first computation.
 _PROBE = """
 import json, sys
-from meowjax.trainers import host_memory
+from meowjax.runtime import host_memory
 if sys.argv[1] == "keep":
     assert host_memory.keep_freed_memory()
 import jax, jax.numpy as jnp
@@ -57,8 +57,9 @@ def test_kept_memory_stops_refaulting_release_and_restore_bring_it_back():
     assert min(out["default"]) > 0.9 * _PAGES, out
     # Kept: the heap grows to its high-water mark (a few buffers, in the first calls: XLA may allocate the next
     # output before the last free lands) and then the freed pages serve every later call.
-    # On a loaded machine the mark can still rise once late (one buffer, seen in session 11 with
-    # another job running); glibc's defaults would fault about 6 buffers in these 6 calls.
+    # On a loaded machine the mark can still rise once late (one buffer, seen in a fresh clone's
+    # `make test` beside another job; 78a3712); glibc's defaults would fault about 6 buffers in
+    # these 6 calls.
     assert sum(out["keep"]) < 6.1 * _PAGES, out
     assert sum(out["keep"][-6:]) < 1.02 * _PAGES, out
     # Released: the free pages went back to the OS, so the first call faults again, once.
@@ -83,7 +84,7 @@ def test_not_glibc_changes_nothing(monkeypatch):
 _RSS_PROBE = """
 import json
 import numpy as np
-from meowjax.trainers import host_memory
+from meowjax.runtime import host_memory
 before = host_memory.resident_bytes()
 buf = np.ones(64 * 2**20, np.float32)  # 256 MiB, every page written
 print(json.dumps(dict(before=before, after=host_memory.resident_bytes(),

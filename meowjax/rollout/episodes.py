@@ -43,7 +43,7 @@ import jax
 import numpy as np
 
 from meowjax.envs.base import ResetResult, StepResult, Task
-from meowjax.rollout import chat
+from meowjax.rollout import chat, trajectory
 
 # pad values for buckets.pack_rows(rows, pad_values=ROW_PAD_VALUES): padding rows get group -1.
 ROW_PAD_VALUES: dict[str, float | int] = {"group_id": -1}
@@ -57,6 +57,7 @@ class Episode:
     (1-based turn of the win or None), invalid_actions (count), unstopped (count), max_turns
     (this episode's turn budget).
     turn_prompts: window mode only, the prompt ids of each turn (else None).
+    turn_invalid: per agent turn, whether the environment rejected its action.
     """
 
     tokens: np.ndarray
@@ -72,6 +73,7 @@ class Episode:
     actions: list[str] = dataclasses.field(default_factory=list)
     observations: list[str] = dataclasses.field(default_factory=list)
     turn_prompts: list[np.ndarray] | None = None
+    turn_invalid: list[bool] = dataclasses.field(default_factory=list)
 
     @property
     def length(self) -> int:
@@ -112,6 +114,7 @@ class _Builder:
         self.turn_end: list[int] = []
         self.reward: list[float] = []
         self.turn_prompts: list[np.ndarray] = []
+        self.turn_invalid: list[bool] = []
         self._last_end = -1
         self._short_ok, self._short_checks = True, 0
         self._append(chat.prompt_ids(tokenizer, self.messages()))
@@ -213,7 +216,23 @@ class _Builder:
             won=bool(self.won), turns=len(self.act_ids), task_id=task_id, group_id=int(group_id),
             info=dict(self.info), actions=list(self.env_actions),
             observations=list(self.observations),
-            turn_prompts=list(self.turn_prompts) if self.window is not None else None)
+            turn_prompts=list(self.turn_prompts) if self.window is not None else None,
+            turn_invalid=list(self.turn_invalid))
+
+
+def to_trajectory(ep: Episode) -> trajectory.Trajectory:
+    """The episode as the shared record; the payload is the episode (its token arrays). A turn's
+    reward is the reward at its last token, its log-prob the sum over its sampled tokens."""
+    logps = trajectory.turn_logp_sums(ep.sample_logp, ep.loss_mask, ep.turn_end)
+    rewards = ep.reward[ep.turn_end > 0]
+    invalid = list(ep.turn_invalid) + [False] * (ep.turns - len(ep.turn_invalid))
+    turns = [trajectory.make_turn(ep.observations[t] if t < len(ep.observations) else "",
+                                  ep.actions[t] if t < len(ep.actions) else "",
+                                  float(rewards[t]), invalid[t], logps[t])
+             for t in range(ep.turns)]
+    info = {k: bool(ep.info.get(k, False)) for k in ("truncated", "env_failure", "overflow")}
+    return trajectory.Trajectory(ep.task_id, ep.group_id, turns, bool(ep.won),
+                                 ep.info.get("success_turn"), info, payload=ep)
 
 
 def _per_episode_budgets(max_turns: int | Sequence[int], num_tasks: int,
@@ -321,6 +340,7 @@ def collect_episodes(
                 continue
             b.add_reward(res.reward)
             b.info["invalid_actions"] += int(bool(res.info.get("invalid", False)))
+            b.turn_invalid.append(bool(res.info.get("invalid", False)))
             if res.won:
                 b.won = True
                 b.info["success_turn"] = len(b.act_ids)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from meowjax.envs.base import Task
-from meowjax.rollout import buckets, chat, scoring
+from meowjax.rollout import buckets, chat, scoring, trajectory
 
 SCORE_INSTRUCTION = "You are an agent playing a text adventure game. Reply with one command."
 
@@ -35,6 +35,7 @@ class Turn:
     reward: float
     action: str
     invalid: bool = False
+    observation: str = ""           # what the action was taken in
 
 
 @dataclasses.dataclass
@@ -50,6 +51,15 @@ class ScoreEpisode:
     @property
     def total_reward(self) -> float:
         return float(sum(t.reward for t in self.turns))
+
+
+def to_trajectory(ep: ScoreEpisode) -> trajectory.Trajectory:
+    """The episode as the shared record; the payload is the episode (its turns' packed rows and
+    chosen candidates)."""
+    turns = [trajectory.make_turn(t.observation, t.action, t.reward, t.invalid, t.logp)
+             for t in ep.turns]
+    return trajectory.Trajectory(ep.task_id, ep.group_id, turns, bool(ep.won), ep.success_turn,
+                                 dict(ep.info), payload=ep)
 
 
 class PromptBuilder:
@@ -174,7 +184,8 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
             res = results[i]
             eps[i].turns.append(Turn(row=rows[j], chosen=c, logp=float(logp_BC[j, c]),
                                      reward=float(res.reward), action=step_actions[i],
-                                     invalid=bool(res.info.get("invalid", False))))
+                                     invalid=bool(res.info.get("invalid", False)),
+                                     observation=observations[i][-1]))
             actions[i].append(step_actions[i])
             observations[i].append(res.observation)
             admissible[i] = list(res.info.get("admissible") or admissible[i])

@@ -13,7 +13,7 @@ What is measured (per game set):
     winning turn (valid because no prompt of ours states the budget); "per_budget" plays each T;
   * per-turn diagnostics of the sampled episodes: action validity (pooled, and by turn index),
     error recovery (won despite an invalid / a useless action), success vs turn index, and the
-    share of the expert plan completed (process supervision, ``process_reward``).
+    share of the expert plan completed (process supervision, ``envs.process_reward``).
 
 Per-turn flags come from replaying each episode's actions in a fresh environment wrapped in
 ``ProcessRewardEnv`` (games are deterministic, so the replay reaches the same states; episodes
@@ -33,14 +33,16 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from meowjax.envs import process_reward
 from meowjax.envs.base import Task
 from meowjax.envs.pool import EnvPool
-from meowjax.eval import passk, process_reward, report, stats
-from meowjax.trainers import checkpoint, data, loop
+from meowjax.eval import outcomes, passk, report, stats
+from meowjax.rollout.trajectory import Trajectory
+from meowjax.trainers import data
+from meowjax.trainers.registry import trainer_class
 
 MODES = passk.MODES
 _DIFFICULTY = re.compile(r"^w(\d+)-o(\d+)-q(\d+)$")
-EVAL_RNG = 11
 
 
 # -- what to evaluate ----------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None =
 # -- the agent -------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Agent:
-    """A trainer object (tokenizer, model, interface: ``play`` / ``view``) and the params to use."""
+    """A trainer built for playing (tokenizer, model, interface) and the params to use."""
 
     trainer: Any
     params: Any
@@ -104,55 +106,34 @@ class Agent:
     step: int = 0       # training step of the params (TensorBoard x-axis of the eval scalars)
 
 
-def eval_config(c: ml_collections.ConfigDict, **model: Any) -> ml_collections.ConfigDict:
-    """A copy of the run's config that builds the trainer without SFT data or an RL pool: no
-    training budget (no demos, no RL iterations), no training games."""
+def with_imported_model(c: ml_collections.ConfigDict, **model: Any) -> ml_collections.ConfigDict:
+    """A copy of ``c`` whose model fields are ``model`` (an imported checkpoint), played through
+    the free-text interface (``policy.window`` / ``history`` unset: they are the scoring
+    interface's)."""
     c = ml_collections.ConfigDict(c.to_dict())
-    c.budget.total_episodes = 0
-    c.games.num_sft = 0
-    c.games.num_train = 0
-    c.games.num_train_hard = 0
-    for k, v in model.items():
-        c.model[k] = v
-    if model:
-        c.policy.interface = "generate"
+    c.model.update(model)
+    c.policy.update(dict(interface="generate", window=None, history=False))
     return c
 
 
-def _trainer_class(interface: str):
-    from meowjax.trainers import run
-    if interface not in run.INTERFACES:
-        raise ValueError(f"policy.interface={interface!r}; choose one of {run.INTERFACES}.")
-    if interface == "score":
-        from meowjax.trainers.score_trainer import ScoreTrainer
-        return ScoreTrainer
-    from meowjax.trainers.text_trainer import TextTrainer
-    return TextTrainer
-
-
 def load_agent(c: ml_collections.ConfigDict, workdir: str) -> Agent:
-    """The trainer of ``c`` with the params of the latest checkpoint under ``workdir``.
+    """The agent of ``c`` with the params of the latest checkpoint under ``workdir``.
 
     ``c`` must be the run's own config (same model preset, interface, estimator), so that the
-    restored pytree matches; the game-text tokenizer is read from ``workdir/tokenizer``.
+    restored pytree matches; the game-text tokenizer is read from ``workdir/tokenizer``. No
+    training data is built (``training=False``).
     """
-    ck = checkpoint.Checkpointer(workdir)
-    try:
-        step = ck.latest_step()
-    finally:
-        ck.close()
-    if step is None:
-        raise FileNotFoundError(f"No checkpoint under {os.path.join(workdir, 'checkpoints')}; "
-                                "train first (experiments/train.py) or pass --hf_path/--smollm2.")
     if c.model.init == "scratch" and not os.path.exists(os.path.join(workdir, "tokenizer",
                                                                      "tokenizer.json")):
         raise FileNotFoundError(f"{workdir}/tokenizer is missing; the checkpoint's game-text "
-                                "tokenizer is needed to evaluate it.")
-    trainer = _trainer_class(c.policy.interface)(eval_config(c), workdir)
-    state, _, meta = trainer._restore()
-    trainer.writer.close()
-    trainer.ckpt.close()
-    return Agent(trainer, state.params,
+                                "tokenizer is needed to evaluate it (train first: "
+                                "experiments/train.py, or pass --hf_path/--smollm2).")
+    trainer = trainer_class(c.policy.interface)(c, workdir, training=False)
+    try:
+        params, meta = trainer.restore_policy()
+    finally:
+        trainer.ckpt.close()
+    return Agent(trainer, params,
                  f"checkpoint {workdir} (index {meta['ckpt_index']}, phase {meta['phase']}, "
                  f"RL iteration {meta['iteration']})",
                  step=int(meta["sft_step"]) + int(meta["iteration"]))
@@ -164,39 +145,24 @@ def load_imported_agent(c: ml_collections.ConfigDict, workdir: str, *, hf_path: 
     if bool(hf_path) == bool(smollm2):
         raise ValueError("Give exactly one of hf_path or smollm2=True.")
     model = dict(init="smollm2", hf_path="") if smollm2 else dict(init="hf", hf_path=hf_path)
-    trainer = _trainer_class("generate")(eval_config(c, **model), workdir)
-    trainer.writer.close()
+    trainer = trainer_class("generate")(with_imported_model(c, **model), workdir, training=False)
     trainer.ckpt.close()
     return Agent(trainer, trainer.init_params(jax.random.key(0)),
                  f"imported {'SmolLM2-135M-Instruct (GGUF)' if smollm2 else hf_path}")
 
 
 # -- playing and per-turn traces ------------------------------------------------------------
-def episode_actions(ep: Any) -> list[str]:
-    """The commands an episode sent to the env (both interfaces' episode records)."""
-    if isinstance(getattr(ep, "turns", None), list):
-        return [t.action for t in ep.turns]
-    return list(ep.actions)
-
-
 def play_tasks(agent: Agent, pool, tasks: Sequence[Task], *, samples: int, budget: int,
-               greedy: bool, seed: int) -> list[tuple[dict[str, Any], list[str]]]:
-    """(view, actions) per episode: ``samples`` episodes per task at turn budget ``budget``."""
-    tr = agent.trainer
-    out = []
-    per_chunk = max(1, tr.batch_rows // samples)
-    rng = np.random.default_rng([seed, EVAL_RNG, budget, int(greedy)])
-    key = jax.random.fold_in(jax.random.key(seed), 20_000_000 + budget)
-    for start in range(0, len(tasks), per_chunk):
-        chunk = list(tasks[start:start + per_chunk])
-        eps = tr.play(agent.params, pool, chunk, group_size=samples,
-                      budgets=[budget] * (len(chunk) * samples), rng=rng, greedy=greedy,
-                      key=jax.random.fold_in(key, start))
-        out += [(tr.view(e), episode_actions(e)) for e in eps]
-    return out
+               greedy: bool, seed: int, stream: int = 0) -> list[Trajectory]:
+    """``samples`` episodes per task at turn budget ``budget``: the trainer's own evaluation
+    player (``AgentTrainer.play_tasks``), so a checkpoint evaluated here and by the trainer at
+    the same seed plays the same episodes."""
+    return agent.trainer.play_tasks(agent.params, pool, tasks, samples=samples, budget=budget,
+                                    greedy=greedy, seed=seed, stream=stream)
 
 
-def replay_traces(family: str, tasks: Sequence[Task], played, budget: int) -> list[dict[str, Any]]:
+def replay_traces(family: str, tasks: Sequence[Task], played: Sequence[Trajectory],
+                  budget: int) -> list[dict[str, Any]]:
     """Per-turn flags of played episodes, by replaying their actions in a ProcessRewardEnv.
 
     Returns traces {task_id, won, success_turn, turns: [{invalid, progress, process_reward}],
@@ -206,10 +172,10 @@ def replay_traces(family: str, tasks: Sequence[Task], played, budget: int) -> li
     env = process_reward.ProcessRewardEnv(inner_family=family, reward_mode="sparse")
     traces = []
     try:
-        for view, actions in sorted(played, key=lambda p: p[0]["task_id"]):
-            reset = env.reset(by_id[view["task_id"]], budget)
+        for traj in sorted(played, key=lambda p: p.task_id):
+            reset = env.reset(by_id[traj.task_id], budget)
             start, turns, won = reset.info["plan_remaining"], [], False
-            for a in actions:
+            for a in traj.actions:
                 res = env.step(a)
                 turns.append({"invalid": bool(res.info.get("invalid", False)),
                               "progress": bool(res.info.get("progress", False)),
@@ -218,10 +184,10 @@ def replay_traces(family: str, tasks: Sequence[Task], played, budget: int) -> li
                 if res.done:
                     break
             done = sum(t["process_reward"] for t in turns)
-            traces.append({"task_id": view["task_id"], "won": bool(view["won"]),
-                           "success_turn": view["success_turn"], "turns": turns,
+            traces.append({"task_id": traj.task_id, "won": bool(traj.won),
+                           "success_turn": traj.success_turn, "turns": turns,
                            "plan_done": done if start else float(won),
-                           "replay_agrees": won == bool(view["won"])})
+                           "replay_agrees": won == bool(traj.won)})
     finally:
         env.close()
     return traces
@@ -259,23 +225,19 @@ def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts
     pool = EnvPool(data.env_spec(c, admissible=tr.needs_admissible),
                    num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
     try:
-        greedy = [v for v, _ in play_tasks(agent, pool, tasks, samples=1, budget=t_max,
-                                           greedy=True, seed=seed)]
+        greedy = play_tasks(agent, pool, tasks, samples=1, budget=t_max, greedy=True, seed=seed)
         if mode == "single_run":
             played = play_tasks(agent, pool, tasks, samples=samples, budget=t_max, greedy=False,
                                 seed=seed)
-            by_task: dict[str, list] = {}
-            for v, _ in played:
-                by_task.setdefault(v["task_id"], []).append(v)
-            res = passk.estimate_pass_at_k_t(by_task, ks, ts, mode="single_run", seed=seed)
+            res = passk.estimate_pass_at_k_t(outcomes.by_task(played), ks, ts,
+                                             mode="single_run", seed=seed)
         else:
             by_budget: dict[int, dict[str, list]] = {}
             played = []
-            for t in sorted(set(int(t) for t in ts)):
+            for stream, t in enumerate(sorted(set(int(t) for t in ts))):
                 eps = play_tasks(agent, pool, tasks, samples=samples, budget=t, greedy=False,
-                                 seed=seed)
-                for v, _ in eps:
-                    by_budget.setdefault(t, {}).setdefault(v["task_id"], []).append(v)
+                                 seed=seed, stream=stream)
+                by_budget[t] = outcomes.by_task(eps)
                 if t == t_max:
                     played = eps
             res = passk.estimate_pass_at_k_t(by_budget, ks, ts, mode="per_budget", seed=seed)
@@ -283,8 +245,8 @@ def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts
         pool.close()
     traces = replay_traces(c.env.family, tasks, played, t_max)
     logging.info("evaluated %s: greedy success %.3f, Pass@(1,%d) %.3f", name,
-                 np.mean([v["won"] for v in greedy]), t_max, res.mean_KT[0, -1])
-    return EvalResult(name, agent.source, mode, loop.success_summary(greedy), res, traces, t_max,
+                 np.mean([t.won for t in greedy]), t_max, res.mean_KT[0, -1])
+    return EvalResult(name, agent.source, mode, outcomes.success_summary(greedy), res, traces, t_max,
                       samples, len(tasks))
 
 
@@ -374,7 +336,7 @@ def scalars(result: EvalResult) -> dict[str, float]:
 def write_eval_report(result: EvalResult, out_dir: str, step: int = 0) -> str:
     """report.md, results.json, plots/, diagnostics.json (numbers + per-episode traces) and
     TensorBoard scalars (``out_dir/tb``) under ``out_dir``; returns the report path."""
-    from meowjax.trainers import metrics_log
+    from meowjax.runtime import metrics_log
     path = report.write_report(out_dir, f"meowjax evaluation: {result.name}",
                                report_sections(result))
     d = diagnostics(result.traces, result.t_max)

@@ -5,9 +5,12 @@ evaluation of the starting policy, RL iterations (collect groups of episodes; ol
 log-probs and critic values; advantages from the estimator registry; epochs over fixed-shape
 minibatches), periodic evaluation and checkpoints, final evaluation.
 
-What differs between interfaces lives in subclasses: how expert data becomes rows, how episodes
-are played, and how episodes become update rows plus the ``[E, X]`` reward/mask matrices the
-estimators read (X = turns for the scoring interface, tokens for free text).
+What differs between interfaces lives in subclasses: the model and its per-unit terms
+(``steps.Units``: a unit is a turn for the scoring interface, a token for free text), how expert
+data becomes rows, how episodes are played (each returns ``rollout.trajectory.Trajectory``
+records), and how trajectories become update rows laid out as the ``[E, X]`` matrices the
+estimators read (X = turns or tokens). The losses are ``meowjax.rl.objective``'s, built into
+jitted steps once, in ``meowjax.trainers.steps``.
 
 Host randomness is ``np.random.default_rng([seed, phase, index])`` and device randomness
 ``jax.random.fold_in(key(seed), index)``, so a resumed run replays exactly what an uninterrupted
@@ -17,7 +20,6 @@ run does.
 from __future__ import annotations
 
 import abc
-import functools
 import os
 import signal
 import time
@@ -30,12 +32,13 @@ import numpy as np
 from absl import logging
 
 from meowjax.envs.pool import EnvPool
-from meowjax.eval import passk, stats
+from meowjax.eval import outcomes, passk
 from meowjax.models import value
-from meowjax.rl import estimators, reduce
-from meowjax.rollout import buckets
+from meowjax.rl import estimators, objective
+from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
-from meowjax.trainers import checkpoint, data, host_memory, metrics_log, optim, placement
+from meowjax.runtime import checkpoint, host_memory, metrics_log, placement
+from meowjax.trainers import data, optim, steps
 
 SFT, RL, DONE = "sft", "rl", "done"
 SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, EVAL_RNG = 1, 2, 3, 7, 9
@@ -56,32 +59,6 @@ def budgets_for(c: ml_collections.ConfigDict, n: int, rng: np.random.Generator) 
     return [int(c.turns.max_turns)] * n
 
 
-def success_summary(views: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Success rate with its 95% Wilson interval, mean turns, invalid-action rate, and each game's
-    outcome (``per_game``: task_id -> won, one greedy episode per game) so that two evaluations of
-    the same games can be compared pairwise."""
-    n = len(views)
-    wins = int(sum(v["won"] for v in views))
-    low, high = stats.wilson_interval(wins, n)
-    turns = sum(v["turns"] for v in views)
-    return {"success": wins / max(1, n), "ci_low": low, "ci_high": high, "wins": wins, "n": n,
-            "mean_turns": turns / max(1, n),
-            "invalid_rate": sum(v["invalid"] for v in views) / max(1, turns),
-            "per_game": {str(v["task_id"]): bool(v["won"]) for v in views}}
-
-
-@functools.partial(jax.jit, static_argnames=("name", "gamma", "lam", "use_std", "whiten"))
-def _advantages(inputs: estimators.EstimatorInputs, *, name: str, gamma: float, lam: float,
-                use_std: bool, whiten: bool):
-    """(adv_BL, returns_BL) of an RL iteration's rows, optionally whitened over agent tokens:
-    one compiled program per batch shape (eagerly, each of the estimator's ops compiled)."""
-    adv_BL, ret_BL = estimators.compute_advantages(name, inputs, gamma=gamma, lam=lam,
-                                                   use_std=use_std)
-    if whiten:
-        adv_BL = reduce.masked_whiten(adv_BL, inputs.mask_BL, inputs.row_weight_B)
-    return adv_BL, ret_BL
-
-
 @jax.jit
 def _copy_tree(tree):
     """A copy of every leaf (new buffers), in one compiled program."""
@@ -94,24 +71,30 @@ class AgentTrainer(abc.ABC):
     interface: str = ""
     needs_admissible: bool = False
 
-    def __init__(self, c: ml_collections.ConfigDict, workdir: str):
-        self.c, self.workdir = c, workdir
+    def __init__(self, c: ml_collections.ConfigDict, workdir: str, *, training: bool = True):
+        """The agent of ``c`` (model, tokenizer, interface, placement on this process's devices)
+        and, with ``training``, the run's data and steps: game sets, expert demonstrations, the
+        SFT rows, optimizers and jitted updates. ``training=False`` builds only what playing
+        and evaluating a checkpoint need (see ``restore_policy``)."""
+        self.c, self.workdir, self.training = c, workdir, training
+        self.check_config()
         # This process's devices: multi-host training is not wired (launch_pod evaluates per host).
         self.mesh = make_mesh(c.mesh.axes, jax.local_devices(), field="config.mesh.axes")
         placement.check_batch_rows(self.mesh, self.batch_row_fields())
         os.makedirs(workdir, exist_ok=True)
         self.spec = estimators.validate_estimator(c.rl.estimator)
+        self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
+                                               section=c.rl.get(c.rl.estimator))
+        self.objective = objective.ObjectiveConfig.from_section(c.rl)
         # Reference log-probs are computed only for a KL term (in the loss or in the rewards).
-        self.needs_ref = c.rl.kl_coef > 0
-        self.plan = data.budget_plan(c)
-        self.sets = data.game_sets(c)
-        sft_tasks = self.sets["sft"][:self.plan["sft_demos"]]
-        self.expert = data.expert_data(c, sft_tasks)
+        self.needs_ref = self.objective.needs_ref
+        self.plan = data.budget_plan(c) if training else {"sft_demos": 0, "rl_episodes": 0}
+        self.sets = data.game_sets(c) if training else {}
+        sft_tasks = self.sets["sft"][:self.plan["sft_demos"]] if training else []
+        self.expert = data.expert_data(c, sft_tasks) if training else []
         self.setup_model()
-        augmented = []
-        if c.sft.augment_copies and c.env.family == "textworld":
-            augmented = data.augment_experts(self.expert, sft_tasks, c.sft.augment_copies,
-                                             host_rng(c.seed, AUGMENT_RNG))
+        augmented = data.augmented_experts(c, self.expert, sft_tasks,
+                                           host_rng(c.seed, AUGMENT_RNG)) if training else []
         self.sft_rows = self.make_sft_rows(self.expert + augmented)
         per_iter = c.rollout.tasks_per_iter * c.rollout.group_size
         self.batch_rows = per_iter
@@ -119,31 +102,54 @@ class AgentTrainer(abc.ABC):
         self.sft_steps = c.sft.epochs * -(-len(self.sft_rows) // c.sft.batch_rows)
         updates_per_iter = c.rl.epochs * -(-self.rows_per_iter_estimate() // c.rl.minibatch_rows)
         rl_steps = max(1, self.rl_iters * updates_per_iter)
+        # Without training the optimizers only give the checkpointed state its structure.
         self.sft_opt = optim.optimizer_from_config(c.sft, max(1, self.sft_steps))
         self.rl_opt = optim.optimizer_from_config(c.rl, rl_steps)
-        critic = ml_collections.ConfigDict(c.rl.to_dict())
-        critic.lr = c.rl.critic_lr
-        self.critic_opt = optim.optimizer_from_config(critic, rl_steps)
+        self.critic_opt = optim.optimizer_from_config(c.rl, rl_steps, lr=c.rl.critic_lr)
         self.place = placement.Placement(self.mesh, self.cfg)
         self.shardings = {phase: self.place.step_shardings(self._abstract_state(phase == RL), opt,
                                                            self.critic_opt)
                           for phase, opt in ((SFT, self.sft_opt), (RL, self.rl_opt))}
         self.setup_steps()
-        self.writer = metrics_log.MetricsWriter(workdir)
         self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep)
-        self.preempted = False
         self.shapes_seen: dict[str, set[tuple[int, ...]]] = {}
+        if not training:
+            return
+        self.sft_step = steps.make_sft_step(
+            self.units, self.sft_opt, objective.ObjectiveConfig(lm_coef=c.sft.lm_coef),
+            shardings=self.shardings[SFT])
+        self.pg_step = steps.make_pg_step(
+            self.units, self.rl_opt, self.critic_opt, self.objective,
+            temperature=c.policy.temperature, needs_critic=self.spec.needs_critic,
+            shardings=self.shardings[RL])
+        self.old_terms = steps.make_old_terms(
+            self.units, temperature=c.policy.temperature, needs_ref=self.needs_ref,
+            needs_critic=self.spec.needs_critic)
+        self.writer = metrics_log.MetricsWriter(workdir)
+        self.preempted = False
         self.compile_clock = metrics_log.CompileClock()
 
     # ----- interface hooks -----------------------------------------------------------------
+    def check_config(self) -> None:
+        """Fails, before any work, on config fields this interface cannot honour."""
+
+    def tokenizer_text(self) -> list[dict[str, Any]]:
+        """Expert trajectories to train a game-text tokenizer on: the SFT demonstrations, or
+        (pure RL) 20 SFT-split games' walkthroughs."""
+        if self.expert:
+            return self.expert
+        if not self.training:
+            raise FileNotFoundError(f"{self.workdir}/tokenizer is missing: a game-text model is "
+                                    "evaluated with the tokenizer its run trained.")
+        return data.expert_data(self.c, self.sets["sft"][:20])
+
     @abc.abstractmethod
     def setup_model(self) -> None:
         """Sets self.tok, self.cfg and the initial params factory ``self.init_params(key)``."""
 
     @abc.abstractmethod
     def setup_steps(self) -> None:
-        """Sets self.sft_step, self.pg_step (with ``shardings=self.shardings[SFT | RL]``) and
-        self.old_terms (jitted)."""
+        """Sets self.units (``steps.Units``) and whatever jitted rollout function ``play`` uses."""
 
     def batch_row_fields(self) -> dict[str, int]:
         """Config fields that fix a device batch's row count (each must divide the batch shards)."""
@@ -160,24 +166,30 @@ class AgentTrainer(abc.ABC):
 
     @abc.abstractmethod
     def play(self, params, pool, tasks, *, group_size: int, budgets: Sequence[int],
-             rng: np.random.Generator, greedy: bool, key: jax.Array) -> list[Any]:
+             rng: np.random.Generator, greedy: bool, key: jax.Array,
+             temperature: float) -> list[trajectory.Trajectory]:
         ...
 
     @abc.abstractmethod
-    def view(self, episode) -> dict[str, Any]:
-        """won, success_turn, turns, reward, invalid, task_id, group_id, overflow of one episode."""
-
-    @abc.abstractmethod
-    def update_rows(self, episodes) -> list[dict[str, np.ndarray]]:
+    def update_rows(self, trajs) -> list[dict[str, np.ndarray]]:
         """Rows for old_terms / pg_step (with ``old_logp`` = the sampling log-probs)."""
 
     @abc.abstractmethod
-    def matrices(self, episodes, rows, values: list[np.ndarray]):
-        """(rewards_EX, mask_EX, turn_end_EX, values_EX) for the estimators."""
+    def layout(self, trajs, rows, per_row: Sequence[Any]) -> np.ndarray:
+        """Per-row unit values (a scalar per turn row, an array per token row) as ``[E, X]``."""
 
     @abc.abstractmethod
-    def attach(self, episodes, rows, adv_EX, ret_EX, ref, values) -> None:
-        """Writes adv / ret / old_value / ref_logp into ``rows`` (in place)."""
+    def matrices(self, trajs, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(rewards_EX, mask_EX, turn_end_EX, state_key_EX) for the estimators."""
+
+    @abc.abstractmethod
+    def attach(self, trajs, rows, adv_EX, ret_EX) -> None:
+        """Writes adv / ret from the ``[E, X]`` matrices into ``rows`` (in place)."""
+
+    def row_units(self, x_U: np.ndarray, row: dict[str, np.ndarray]) -> np.ndarray:
+        """One row's part of a ``[U]`` per-unit output of a packed batch (token rows: its
+        length; the scoring interface overrides: one unit)."""
+        return x_U[:len(row["tokens"])]
 
     def pack(self, rows, num_rows: int, purpose: str) -> dict[str, np.ndarray]:
         """Pads rows into a fixed shape; records the shape per purpose (compiles = shapes)."""
@@ -239,7 +251,7 @@ class AgentTrainer(abc.ABC):
         meta["ckpt_index"] += 1
         self.ckpt.save(int(meta["ckpt_index"]), {"state": state, "ref": ref}, meta)
 
-    def _restore(self):
+    def restore_state(self):
         """(state, ref, meta) from the latest checkpoint (restored onto the mesh shardings), or
         a fresh start."""
         meta = {"phase": SFT, "sft_step": 0, "iteration": 0, "ckpt_index": 0, "evals": {}}
@@ -254,40 +266,64 @@ class AgentTrainer(abc.ABC):
                      meta["phase"], meta["sft_step"], meta["iteration"])
         return restored["state"], restored["ref"], meta
 
+    def restore_policy(self) -> tuple[Any, dict[str, Any]]:
+        """(policy params, meta) of the latest checkpoint under the workdir, for evaluation."""
+        if self.ckpt.latest_step() is None:
+            raise FileNotFoundError(f"No checkpoint under {self.ckpt.directory}; train first "
+                                    "(experiments/train.py) or evaluate an imported model.")
+        state, _, meta = self.restore_state()
+        return state.params, meta
+
     # ----- pieces of the schedule ------------------------------------------------------------
     def evaluate(self, params, pool, tag: str, *, sampled: bool) -> dict[str, Any]:
         """Greedy success on both held-out splits; Pass@(K,T) from sampled episodes."""
         c = self.c
         out: dict[str, Any] = {}
-        key = jax.random.fold_in(jax.random.key(c.seed), 10_000_000)
+        kw = dict(budget=c.turns.eval_max_turns, seed=c.seed)
         for split in ("eval", "eval_hard"):
             tasks = self.sets[split]
             if not tasks:
                 continue
-            views = self._play_all(params, pool, tasks, 1, host_rng(c.seed, EVAL_RNG), True, key)
-            out[split] = success_summary(views)
+            out[split] = outcomes.success_summary(self.play_tasks(params, pool, tasks, samples=1,
+                                                         greedy=True, **kw))
             if sampled and split == "eval" and c.eval.num_samples > 0:
-                views = self._play_all(params, pool, tasks, c.eval.num_samples,
-                                       host_rng(c.seed, EVAL_RNG, 1), False, key)
-                by_task: dict[str, list] = {}
-                for v in views:
-                    by_task.setdefault(v["task_id"], []).append(v)
+                trajs = self.play_tasks(params, pool, tasks, samples=c.eval.num_samples,
+                                        greedy=False, **kw)
                 out["pass_at_k_t"] = passk.estimate_pass_at_k_t(
-                    by_task, c.eval.pass_ks, c.eval.pass_ts, mode="single_run").to_json()
+                    outcomes.by_task(trajs), c.eval.pass_ks, c.eval.pass_ts,
+                    mode="single_run").to_json()
         logging.info("eval %s: %s", tag, {k: round(v["success"], 3) for k, v in out.items()
                                            if "success" in v})
         return out
 
-    def _play_all(self, params, pool, tasks, samples, rng, greedy, key):
-        views = []
+    @property
+    def eval_temperature(self) -> float:
+        """Sampled evaluation episodes (Pass@(K,T)) run at ``policy.eval_temperature``, or at
+        the training temperature when it is unset."""
+        t = self.c.policy.eval_temperature
+        return self.c.policy.temperature if t is None else t
+
+    def play_tasks(self, params, pool, tasks: Sequence[Any], *, samples: int, budget: int,
+                   greedy: bool, seed: int, stream: int = 0) -> list[trajectory.Trajectory]:
+        """The one evaluation player: the trainer's evaluations and ``trainers.evaluate`` (the
+        evaluate CLI) both call it. ``samples`` episodes per task at turn budget ``budget``,
+        in chunks of at most one rollout batch; greedy, or sampled at ``eval_temperature``.
+
+        Randomness: host ``host_rng(seed, EVAL_RNG)`` (greedy) or ``host_rng(seed, EVAL_RNG,
+        1 + stream)`` (sampled), device ``fold_in(key(seed), 10_000_000 + stream)`` folded with
+        each chunk's start; ``stream`` separates several sampled evaluations of one seed (the
+        per-budget Pass@(K,T) mode plays one per budget)."""
+        rng = host_rng(seed, EVAL_RNG) if greedy else host_rng(seed, EVAL_RNG, 1 + stream)
+        key = jax.random.fold_in(jax.random.key(seed), 10_000_000 + stream)
+        trajs = []
         per_chunk = max(1, self.batch_rows // samples)
         for start in range(0, len(tasks), per_chunk):
             chunk = list(tasks[start:start + per_chunk])
-            eps = self.play(params, pool, chunk, group_size=samples,
-                            budgets=[self.c.turns.eval_max_turns] * (len(chunk) * samples),
-                            rng=rng, greedy=greedy, key=jax.random.fold_in(key, start))
-            views += [self.view(e) for e in eps]
-        return views
+            trajs += self.play(params, pool, chunk, group_size=samples,
+                               budgets=[budget] * (len(chunk) * samples), rng=rng, greedy=greedy,
+                               key=jax.random.fold_in(key, start),
+                               temperature=self.eval_temperature)
+        return trajs
 
     def _sft(self, state, meta):
         c = self.c
@@ -319,8 +355,7 @@ class AgentTrainer(abc.ABC):
         of the update."""
         c = self.c
         if not (self.needs_ref or self.spec.needs_critic):
-            zero = lambda r: (np.zeros(len(r["tokens"]), np.float32)
-                              if "loss_mask" in r else np.float32(0.0))
+            zero = lambda r: self.row_units(np.zeros(len(r["tokens"]), np.float32), r)
             return [zero(r) for r in rows], [zero(r) for r in rows]
         mb = c.rl.minibatch_rows
         refl, vals = [None] * len(rows), [None] * len(rows)
@@ -329,9 +364,7 @@ class AgentTrainer(abc.ABC):
             batch = self.place.batch(self.pack(chunk, self.update_batch_rows(len(idx)), "old"))
             rl_, v = jax.device_get(self.old_terms(ref, state.value_params, batch))
             for k, (j, row) in enumerate(zip(idx, chunk)):
-                n = len(row["tokens"])
-                cut = (lambda x: x[k]) if np.ndim(rl_) == 1 else (lambda x: x[k, :n])
-                refl[j], vals[j] = cut(rl_), cut(v)
+                refl[j], vals[j] = self.row_units(rl_[k], row), self.row_units(v[k], row)
         return refl, vals
 
     def _rl_iteration(self, state, ref, pool, it):
@@ -342,26 +375,28 @@ class AgentTrainer(abc.ABC):
         budgets = budgets_for(c, len(tasks) * c.rollout.group_size, rng)
         eps = self.play(state.params, pool, tasks, group_size=c.rollout.group_size,
                         budgets=budgets, rng=rng, greedy=False,
-                        key=jax.random.fold_in(jax.random.key(c.seed), it))
+                        key=jax.random.fold_in(jax.random.key(c.seed), it),
+                        temperature=c.policy.temperature)
         t_roll = time.time() - t0
         rows = self.update_rows(eps)
         refl, vals = self._old_terms(state, ref, rows)
-        rewards, mask, turn_end, values = self.matrices(eps, rows, vals)
-        if self.needs_ref and not c.rl.kl_in_loss:  # KL to the reference folded into rewards
-            # log pi as sampled (the update's first minibatch checks them against the trainer's)
-            old = [r["old_logp"] for r in rows]
-            rewards = rewards - c.rl.kl_coef * self.kl_matrix(eps, rows, old, refl)
-        inputs = estimators.EstimatorInputs(
-            # Host arrays: `_advantages` takes them as they are (no per-shape eager converts).
-            rewards_BL=np.asarray(rewards), mask_BL=np.asarray(mask),
-            row_weight_B=np.ones((len(eps),), np.float32),
-            values_BL=np.asarray(values) if self.spec.needs_critic else None,
-            turn_end_BL=np.asarray(turn_end),
-            group_ids_B=np.asarray([self.view(e)["group_id"] for e in eps], np.int32))
-        adv, ret = jax.device_get(_advantages(
-            inputs, name=self.spec.name, gamma=c.rl.gamma, lam=c.rl.lam,
-            use_std=c.rl.grpo_use_std, whiten=c.rl.whiten_advantages))
-        self.attach(eps, rows, adv, ret, refl, vals)
+        for row, r, v in zip(rows, refl, vals):
+            row.update(ref_logp=r, old_value=v)
+        rewards, mask, turn_end, keys = self.matrices(eps, rows)
+        fold_kl = self.objective if self.needs_ref and not c.rl.kl_in_loss else None
+        # Host arrays: `steps.advantages` takes them as they are (no per-shape eager converts).
+        # The sampled log pi (checked against the trainer's by the first update minibatch).
+        logp, ref_logp = ((self.layout(eps, rows, [r["old_logp"] for r in rows]),
+                           self.layout(eps, rows, refl)) if fold_kl else (mask, mask))
+        inputs = estimators.make_inputs(
+            np.asarray(rewards), np.asarray(mask), np.ones((len(eps),), np.float32),
+            values_BL=self.layout(eps, rows, vals) if self.spec.needs_critic else None,
+            turn_end_BL=np.asarray(turn_end), state_key_BL=np.asarray(keys),
+            group_ids_B=np.asarray([e.group_id for e in eps], np.int32))
+        adv, ret = jax.device_get(steps.advantages(
+            inputs, logp, ref_logp, name=self.spec.name, hp=self.hp, fold_kl=fold_kl,
+            whiten=c.rl.whiten_advantages))
+        self.attach(eps, rows, adv, ret)
         t1 = time.time()
         shuffle = host_rng(c.seed, SHUFFLE_RNG, it)
         acc: dict[str, list] = {}
@@ -380,14 +415,13 @@ class AgentTrainer(abc.ABC):
         # sampler-vs-trainer mismatch of this iteration's rows (later ones measure the update).
         mismatch = acc.pop("pg/logp_mismatch_max")
         metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
-        views = [self.view(e) for e in eps]
-        n_turns = sum(v["turns"] for v in views)
+        n_turns = sum(e.num_turns for e in eps)
         metrics.update({
-            "rollout/success": float(np.mean([v["won"] for v in views])),
-            "rollout/return": float(np.mean([v["reward"] for v in views])),
-            "rollout/episode_turns": n_turns / len(views),
-            "rollout/invalid_rate": sum(v["invalid"] for v in views) / max(1, n_turns),
-            "rollout/overflow_rate": float(np.mean([v["overflow"] for v in views])),
+            "rollout/success": float(np.mean([e.won for e in eps])),
+            "rollout/return": float(np.mean([e.total_reward for e in eps])),
+            "rollout/episode_turns": n_turns / len(eps),
+            "rollout/invalid_rate": sum(e.invalid_count for e in eps) / max(1, n_turns),
+            "rollout/overflow_rate": float(np.mean([e.overflow for e in eps])),
             "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             # real tokens / slots over all the iteration's update batches
@@ -395,14 +429,10 @@ class AgentTrainer(abc.ABC):
             "perf/turns_per_s": n_turns / max(t_roll, 1e-9), **host_memory.memory_metrics()})
         return state, metrics
 
-    def kl_matrix(self, eps, rows, old, ref):
-        raise NotImplementedError("KL in the reward is not supported by this interface; set "
-                                  "rl.kl_in_loss=True.")
-
     # ----- the schedule ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         c = self.c
-        state, ref, meta = self._restore()
+        state, ref, meta = self.restore_state()
         pool = EnvPool(data.env_spec(c, admissible=self.needs_admissible),
                        num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
         old_handler = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "preempted", True))

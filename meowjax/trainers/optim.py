@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, NamedTuple
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+
+from meowjax.runtime.state import StepShardings, TrainState
 
 
 class GuardedOptimizer(NamedTuple):
@@ -111,34 +112,18 @@ def apply_gradients(optimizer, grads, opt_state, params):
     return optax.apply_updates(params, updates), opt_state
 
 
-def optimizer_from_config(c: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
-    return make_optimizer(c.lr, warmup_steps=c.warmup_steps, total_steps=total_steps,
-                          grad_clip=c.grad_clip, weight_decay=c.get("weight_decay", 0.0))
+def optimizer_from_config(c: ml_collections.ConfigDict, total_steps: int, *,
+                          lr: float | None = None) -> optax.GradientTransformation:
+    """The optimizer of a config section (``sft`` or ``rl``); ``lr`` overrides its ``lr`` (the
+    critic's ``rl.critic_lr``)."""
+    return make_optimizer(c.lr if lr is None else lr, warmup_steps=c.warmup_steps,
+                          total_steps=total_steps, grad_clip=c.grad_clip,
+                          weight_decay=c.weight_decay)
 
 
 def skipped_updates(opt_state: Any) -> jax.Array:
     """Total updates skipped for non-finite gradients (from ``apply_if_finite``'s state)."""
     return opt_state.total_notfinite
-
-
-class TrainState(flax.struct.PyTreeNode):
-    """Everything a step changes. ``value_params``/``value_opt_state`` are empty dicts when the
-    estimator needs no critic (a fixed pytree shape: never ``None``)."""
-
-    step: jax.Array
-    params: Any
-    opt_state: Any
-    value_params: Any
-    value_opt_state: Any
-
-
-class StepShardings(NamedTuple):
-    """Shardings of an update step: ``state`` a TrainState of shardings, ``batch`` one sharding
-    for every batch field, ``metrics`` one for every (scalar) metric."""
-
-    state: Any
-    batch: Any
-    metrics: Any
 
 
 def make_update_step(loss_fn: Callable, optimizer: optax.GradientTransformation, *, prefix: str,
@@ -151,7 +136,7 @@ def make_update_step(loss_fn: Callable, optimizer: optax.GradientTransformation,
     Both losses return ``(loss, metrics)``; ``{prefix}/grad_norm`` and ``{prefix}/skipped`` (updates
     skipped so far for non-finite gradients) are added. With ``shardings`` the step is jitted with
     ``in_shardings=(state, batch)`` and ``out_shardings=(state, metrics)``, so the returned state
-    has exactly the input state's shardings (see ``meowjax.trainers.placement``).
+    has exactly the input state's shardings (see ``meowjax.runtime.placement``).
     """
     jit_kw = {}
     if shardings is not None:

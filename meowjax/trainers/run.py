@@ -13,8 +13,8 @@ from absl import logging
 
 from meowjax.eval import passk, report
 from meowjax.trainers import data
+from meowjax.trainers.registry import trainer_class
 
-INTERFACES = ("score", "generate")
 
 
 def _passkt(d: dict[str, Any]) -> passk.PassKTResult:
@@ -52,7 +52,7 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
             f"config `{c.name}`, estimator `{c.rl.estimator}`, interface `{c.policy.interface}`, "
             f"model preset `{c.model.preset}`; SFT demonstrations {out['plan']['sft_demos']}, "
             f"RL episodes {out['plan']['rl_episodes']} ({out['rl_iters']} iterations) on "
-            f"{_rl_pool(c)}; "
+            f"{data.rl_pool_words(c)}; "
             f"wall time {seconds / 60:.1f} min. Greedy evaluation, one episode per game, "
             f"turn budget {c.turns.eval_max_turns}.")),
         report.SuccessTable("Success on held-out games (95% Wilson intervals)", rows),
@@ -72,17 +72,6 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
     return str(path)
 
 
-def _rl_pool(c: ml_collections.ConfigDict) -> str:
-    """The RL task pool in words (TextWorld: the difficulty mix of ``games.num_train[_hard]``)."""
-    g = c.games
-    if c.env.family != "textworld":
-        return f"{g.num_train} {c.env.family} training tasks"
-    pool = f"{g.num_train} {data.difficulty_name(c, False)}"
-    if g.num_train_hard:
-        pool += f" + {g.num_train_hard} {data.difficulty_name(c, True)}"
-    return pool + " training games"
-
-
 def _learning_curve(workdir: str):
     steps, vals = [], []
     path = os.path.join(workdir, "metrics.jsonl")
@@ -98,15 +87,8 @@ def _learning_curve(workdir: str):
 
 
 def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    if c.policy.interface not in INTERFACES:
-        raise ValueError(f"policy.interface={c.policy.interface!r}; choose one of {INTERFACES}.")
     t0 = time.time()
-    if c.policy.interface == "score":
-        from meowjax.trainers.score_trainer import ScoreTrainer
-        out = ScoreTrainer(c, workdir).run()
-    else:
-        from meowjax.trainers.text_trainer import TextTrainer
-        out = TextTrainer(c, workdir).run()
+    out = trainer_class(c.policy.interface)(c, workdir).run()
     path = write_run_report(c, workdir, out, time.time() - t0)
     with open(path, encoding="utf-8") as f:
         print(f.read())

@@ -1,11 +1,10 @@
-"""Jitted steps for the admissible-command scoring interface (one "token" per turn).
+"""Per-turn terms of the admissible-command scoring interface (one "token" per turn).
 
 Rows are turns (packed prompt + candidates, see ``meowjax.rollout.scoring``); every per-turn
 quantity is a ``[B, 1]`` array so the token-level losses of ``meowjax.rl`` apply unchanged.
 
-  SFT:  L = -mean_b log pi(expert_b | prompt_b) + c_lm * LM
-  PG:   L = PPO_clip(log pi(a), old log pi(a), A) - c_ent H(pi) [+ c_kl KL_k(pi || pi_ref)]
-        + c_lm * LM  [+ c_v * value_clip_loss(V(prompt), R)]  (critic only for GAE estimators)
+The losses are ``meowjax.rl.objective``'s (built by ``meowjax.trainers.steps``); this module
+supplies the per-turn terms (``ScoreUnits``) and the rollout's scoring function.
 
   LM = -token_mean over prompt tokens (objective, observations, past actions) of
        log p_LM(tok_t | tok_<t): an auxiliary next-token loss on the game text. The candidate
@@ -18,13 +17,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
-import optax
 
 from meowjax.models.config import ModelConfig
-from meowjax.rl import losses, reduce
+from meowjax.rl import objective, reduce
 from meowjax.rollout import scoring
-from meowjax.trainers import optim
 
 PACKED_KEYS = ("tokens", "seg", "positions", "src", "cand", "mask", "num_cands", "prompt_len")
 
@@ -59,93 +55,39 @@ def turn_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
     return (h_BE @ head["kernel"].astype(jnp.float32))[:, 0] + head["bias"][0]
 
 
-def make_score_fn(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str):
-    """jit(params, batch) -> log pi_BC, for rollouts (one compile per batch shape)."""
+def make_score_fn(cfg: ModelConfig, *, max_cands: int, norm: str):
+    """jit(params, batch, temperature) -> log pi_BC, for rollouts (one compile per batch shape;
+    the temperature is an argument, so training and evaluation temperatures share it)."""
     @jax.jit
-    def score(params, batch):
+    def score(params, batch, temperature):
         return policy_logp(params, cfg, batch, max_cands=max_cands, temperature=temperature,
                            norm=norm)
     return score
 
 
-def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation, *, max_cands: int,
-                  norm: str, lm_coef: float = 0.0,
-                  shardings: optim.StepShardings | None = None):
-    """SFT on expert turns: cross-entropy of the expert command under pi (tau = 1), plus
-    ``lm_coef`` x the auxiliary prompt LM loss."""
+class ScoreUnits:
+    """The scoring interface's units: one per row (a turn), ``U = 1``.
 
-    def loss_fn(params, batch):
-        logp_BC, lm_nll = policy_logp_and_lm(params, cfg, batch, max_cands=max_cands,
-                                             temperature=1.0, norm=norm)
-        logp_B = chosen_logp(logp_BC, batch["chosen"])
-        w = batch["row_weight"]
-        ce = -reduce.safe_divide(jnp.sum(jnp.where(w > 0, logp_B, 0.0) * w), jnp.sum(w))
-        acc = jnp.sum(jnp.where(w > 0, jnp.exp(logp_B), 0.0) * w) / jnp.maximum(jnp.sum(w), 1.0)
-        loss = ce + lm_coef * lm_nll if lm_coef else ce
-        return loss, {"sft/loss": ce, "sft/expert_prob": acc, "sft/lm_loss": lm_nll}
+        log pi(u) = log softmax_c(score_c / tau)[chosen],   H(u) = H(softmax_c(score_c / tau))
 
-    return optim.make_update_step(loss_fn, optimizer, prefix="sft", shardings=shardings)
+    and the auxiliary LM loss over the row's prompt tokens (``policy_logp_and_lm``)."""
 
+    def __init__(self, cfg: ModelConfig, *, max_cands: int, norm: str):
+        self.cfg, self.max_cands, self.norm = cfg, max_cands, norm
 
-def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
-                 max_cands: int, temperature: float, norm: str, needs_critic: bool,
-                 shardings: optim.StepShardings | None = None):
-    """One PPO-style minibatch update (policy, and the critic when ``needs_critic``)."""
-    clip_high = algo.clip_eps_high if algo.clip_eps_high > 0 else None
-    dual = algo.dual_clip if algo.dual_clip > 0 else None
+    def mask(self, batch: dict) -> jax.Array:
+        return jnp.ones((batch["chosen"].shape[0], 1), jnp.int32)
 
-    lm_coef = algo.get("lm_coef", 0.0)
+    def policy_terms(self, params, batch: dict, temperature: float, *,
+                     with_lm: bool = True) -> objective.PolicyTerms:
+        kw = dict(max_cands=self.max_cands, temperature=temperature, norm=self.norm)
+        if with_lm:
+            logp_BC, lm_nll = policy_logp_and_lm(params, self.cfg, batch, **kw)
+        else:
+            logp_BC, lm_nll = policy_logp(params, self.cfg, batch, **kw), jnp.zeros((), jnp.float32)
+        return objective.PolicyTerms(logp_BU=chosen_logp(logp_BC, batch["chosen"])[:, None],
+                                     entropy_BU=scoring.candidate_entropy(logp_BC)[:, None],
+                                     mask_BU=self.mask(batch), lm_nll=lm_nll)
 
-    def policy_loss(params, batch):
-        logp_BC, lm_nll = policy_logp_and_lm(params, cfg, batch, max_cands=max_cands,
-                                             temperature=temperature, norm=norm)
-        logp_B1 = chosen_logp(logp_BC, batch["chosen"])[:, None]
-        ones_B1 = jnp.ones_like(logp_B1, jnp.int32)
-        w = batch["row_weight"]
-        pg, m = losses.ppo_policy_loss(logp_B1, batch["old_logp"][:, None], batch["adv"][:, None],
-                                       ones_B1, w, clip_eps=algo.clip_eps, clip_eps_high=clip_high,
-                                       dual_clip=dual, agg="token_mean")
-        ent = reduce.masked_mean(scoring.candidate_entropy(logp_BC)[:, None], ones_B1, w)
-        # No KL term (kl_coef = 0): no reference pass ran, ref_logp is 0, and kl_ref reads 0.
-        kl = (losses.kl_loss(logp_B1, batch["ref_logp"][:, None], ones_B1, w, kind=algo.kl_kind)
-              if algo.kl_coef > 0 else jnp.zeros((), jnp.float32))
-        loss = pg - algo.entropy_coef * ent
-        if algo.kl_in_loss:
-            loss = loss + algo.kl_coef * kl
-        if lm_coef:
-            loss = loss + lm_coef * lm_nll
-        metrics = {"pg/policy_loss": pg, "pg/entropy": ent, "pg/kl_ref": kl, "pg/lm_loss": lm_nll,
-                   "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"],
-                   "pg/logp_mismatch_max": reduce.masked_max(
-                       jnp.abs(logp_B1 - batch["old_logp"][:, None]), ones_B1, w)}
-        return loss, metrics
-
-    def critic_loss(vparams, batch):
-        v_B1 = turn_values(vparams, cfg, batch)[:, None]
-        ones = jnp.ones_like(v_B1, jnp.int32)
-        clip = algo.value_clip if algo.value_clip > 0 else None
-        loss, m = losses.value_loss(v_B1, batch["old_value"][:, None], batch["ret"][:, None], ones,
-                                    batch["row_weight"], clip=clip)
-        err = reduce.masked_mean(jnp.abs(v_B1 - batch["ret"][:, None]), ones, batch["row_weight"])
-        return loss, {"pg/value_loss": loss, "pg/value_abs_err": err,
-                      "pg/value_clip_fraction": m["clip_fraction"]}
-
-    return optim.make_update_step(policy_loss, optimizer, prefix="pg",
-                                  critic_loss_fn=critic_loss if needs_critic else None,
-                                  critic_optimizer=value_optimizer, shardings=shardings)
-
-
-def make_eval_fns(cfg: ModelConfig, *, max_cands: int, temperature: float, norm: str,
-                  needs_ref: bool, needs_critic: bool):
-    """jit(ref_params, vparams, batch) -> (ref log pi(chosen), V) per row, zeros for the term not
-    needed. The current policy's log-prob is not recomputed: rows keep the sampler's, and the
-    update's first minibatch checks them (``pg/logp_mismatch_max``)."""
-    @jax.jit
-    def old_terms(ref_params, vparams, batch):
-        kw = dict(max_cands=max_cands, temperature=temperature, norm=norm)
-        zeros = jnp.zeros(batch["chosen"].shape, jnp.float32)
-        ref = (chosen_logp(policy_logp(ref_params, cfg, batch, **kw), batch["chosen"])
-               if needs_ref else zeros)
-        value = turn_values(vparams, cfg, batch) if needs_critic else zeros
-        return ref, value
-    return old_terms
+    def values(self, vparams, batch: dict) -> jax.Array:
+        return turn_values(vparams, self.cfg, batch)[:, None]

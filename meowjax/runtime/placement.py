@@ -10,7 +10,7 @@ sharding comes from the ONE rule table (``meowjax.sharding.LOGICAL_RULES``):
     step counter, metrics       replicated
     batches  [B, ...]           B split over the batch axes (data, fsdp); B must divide
 
-The jitted update steps take these as ``in_shardings``/``out_shardings`` (``optim.StepShardings``),
+The jitted update steps take these as ``in_shardings``/``out_shardings`` (``StepShardings``),
 so the state's shardings are the same after every step.
 """
 
@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 from meowjax import sharding
 from meowjax.models import lm, value
 from meowjax.models.config import ModelConfig
-from meowjax.trainers import optim
+from meowjax.runtime.state import StepShardings, TrainState
 
 
 def batch_shards(mesh: Mesh) -> int:
@@ -73,23 +73,23 @@ class Placement:
             return {}
         return sharding.tree_shardings(value.value_logical_axes(self.cfg), self.mesh, vparams)
 
-    def state_shardings(self, state: optim.TrainState, optimizer: optax.GradientTransformation,
-                        critic_optimizer: optax.GradientTransformation) -> optim.TrainState:
+    def state_shardings(self, state: TrainState, optimizer: optax.GradientTransformation,
+                        critic_optimizer: optax.GradientTransformation) -> TrainState:
         """A TrainState of NamedShardings for ``state`` (arrays or ShapeDtypeStructs)."""
         p = self.param_shardings(state.params)
         v = self.value_shardings(state.value_params)
         vopt = {}
         if state.value_params:
             vopt = sharding.opt_state_shardings(critic_optimizer, state.value_params, v, self.mesh)
-        return optim.TrainState(
+        return TrainState(
             step=self.replicated, params=p,
             opt_state=sharding.opt_state_shardings(optimizer, state.params, p, self.mesh),
             value_params=v, value_opt_state=vopt)
 
-    def step_shardings(self, state: optim.TrainState, optimizer: optax.GradientTransformation,
-                       critic_optimizer: optax.GradientTransformation) -> optim.StepShardings:
-        """in/out shardings for ``optim.make_update_step`` on states shaped like ``state``."""
-        return optim.StepShardings(
+    def step_shardings(self, state: TrainState, optimizer: optax.GradientTransformation,
+                       critic_optimizer: optax.GradientTransformation) -> StepShardings:
+        """in/out shardings for ``trainers.optim.make_update_step`` on states shaped like ``state``."""
+        return StepShardings(
             state=self.state_shardings(state, optimizer, critic_optimizer),
             batch=self.batch_sharding, metrics=self.replicated)
 

@@ -1,0 +1,62 @@
+"""Config honesty: every field a config file sets is read on the path that config takes.
+
+Each config's smoke variant runs end to end (`trainers.run.run`; the pod config also through
+`experiments.launch_pod`'s setup and compile check) with an access-tracking config, and the test
+fails naming any field the file sets (differs from `configs.common.base_config()`) that nothing
+read. `pytest -k honesty` selects these checks (configs/default.py rides on the scoring pulse
+test of tests/test_trainers.py). Fields that belong to another interface
+fail the run instead (e.g. `policy.window` with free text): tested below too.
+"""
+import pytest
+
+from meowjax.trainers import run
+from tests import config_tracking
+
+# config run (smoke) -> the config files whose set fields that run must read. BudgetMix is the
+# fixed-budget config plus `turns.budget_mix`: one run checks both. configs/default.py is checked
+# by the scoring trainer's pulse test (tests/test_trainers.py) and configs/study_algos.py by the
+# trained cell of tests/conftest.py, runs the suite makes anyway.
+RUNS = {"textworld_budgetmix": ("textworld_fixed_budget", "textworld_budgetmix"),
+        "swe_tiny": ("swe_tiny",), "smollm2_textworld": ("smollm2_textworld",),
+        "pod_qwen2p5_1p5b": ("pod_qwen2p5_1p5b",)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_config_honesty_every_set_field_is_read(name, tiny_games_dir, tmp_path):
+    tracked = config_tracking.track(config_tracking.smoke_config(name, tiny_games_dir))
+    run.run(tracked, str(tmp_path))
+    if name == "pod_qwen2p5_1p5b":   # its pod path too: distributed start-up, compile check
+        from experiments import launch_pod
+        mesh, _ = launch_pod.setup(tracked)
+        launch_pod.run_check(tracked, mesh)
+    for checked in RUNS[name]:
+        config_tracking.assert_honest(checked, tracked)
+
+
+@pytest.mark.slow
+def test_config_honesty_study_algos(trained_cell):
+    """configs/study_algos.py: its smoke cell is trained once per test run (tests/conftest.py)."""
+    config_tracking.assert_honest("study_algos", trained_cell.tracked)
+
+
+def test_config_tracking_sees_unread_fields():
+    """The checker itself: a field set and never read is reported; reading it clears it."""
+    c = config_tracking.smoke_config("default", "/tmp/unused")
+    tracked = config_tracking.track(c)
+    assert "rl.kl_coef" in config_tracking.unread(c, tracked)
+    _ = tracked.rl.kl_coef
+    dict(tracked.model.overrides)
+    assert "rl.kl_coef" not in config_tracking.unread(c, tracked)
+    assert not any(f.startswith("model.overrides.") for f in config_tracking.unread(c, tracked))
+
+
+@pytest.mark.parametrize("field", ["window", "history"])
+def test_free_text_interface_refuses_scoring_fields(field, tmp_path):
+    from meowjax.trainers.text_trainer import TextTrainer
+    c = config_tracking.smoke_config("swe_tiny", str(tmp_path / "games"))
+    c.unlock()
+    setattr(c.policy, field, 1 if field == "window" else True)
+    c.lock()
+    with pytest.raises(ValueError, match="policy.window / policy.history"):
+        TextTrainer(c, str(tmp_path / "run"))
