@@ -55,5 +55,6 @@ def get_config(arg=None):
         c.eval.update(dict(num_samples=2, pass_ks=(1, 2), pass_ts=(2, 4)))
         c.turns.update(dict(max_turns=4, eval_max_turns=4))
         c.rollout.tasks_per_iter = 2   # of its 2 training games (RL iterations draw distinct ones)
+        c.budget.total_episodes = 32   # 2 RL iterations of 2 games x 8 episodes
     c.lock()
     return c
