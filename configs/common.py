@@ -89,9 +89,12 @@ def base_config() -> ml_collections.ConfigDict:
     # kl_kind's estimator either way), entropy bonus, auxiliary LM loss, aggregation `agg` (one
     # of meowjax.rl.AGG_MODES). Each advantage estimator reads the shared gamma / lam plus its
     # own section rl.<estimator> (e.g. rl.grpo.use_std, rl.gigpo.step_weight), whose fields and
-    # defaults come from the estimator registry.
+    # defaults come from the estimator registry. loss_norm: "iteration" divides every update step
+    # of an RL iteration by the same number (a full minibatch's worth of units), so the small
+    # last minibatch of an epoch weighs each row like the rest; "minibatch": by its own count.
     c.rl = ml_collections.ConfigDict(dict(
         estimator="rloo", gamma=1.0, lam=1.0, whiten_advantages=False, agg="token_mean",
+        loss_norm="iteration",
         clip_eps=0.2, clip_eps_high=0.0, dual_clip=0.0, value_clip=0.5,
         kl_coef=0.0, kl_kind="k3", kl_in_loss=True, entropy_coef=0.0,
         epochs=2, minibatch_rows=32, lr=3e-4, critic_lr=1e-3, warmup_steps=5, grad_clip=1.0,

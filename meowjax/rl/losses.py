@@ -54,15 +54,17 @@ def kl_loss(
     *,
     kind: str = "k3",
     agg: str = "token_mean",
+    norm: chex.Array | None = None,
 ) -> chex.Array:
-    """KL to a frozen reference used as a loss term: `masked_aggregate(kl_penalty(...))`."""
+    """KL to a frozen reference used as a loss term: `masked_aggregate(kl_penalty(...))`
+    (`norm`: a fixed denominator, see `masked_aggregate`)."""
     check_BL("kl_loss", logp_BL, mask_BL, row_weight_B)
     chex.assert_equal_shape([logp_BL, ref_logp_BL], custom_message="kl_loss")
     valid = valid_BL(mask_BL, row_weight_B)
     kl_BL = kl_penalty(
         jnp.where(valid, logp_BL, 0), jax.lax.stop_gradient(jnp.where(valid, ref_logp_BL, 0)), kind
     )
-    return masked_aggregate(kl_BL, mask_BL, row_weight_B, agg)
+    return masked_aggregate(kl_BL, mask_BL, row_weight_B, agg, norm)
 
 
 def ppo_policy_loss(
@@ -76,6 +78,7 @@ def ppo_policy_loss(
     clip_eps_high: float | None = None,
     dual_clip: float | None = None,
     agg: str = "token_mean",
+    norm: chex.Array | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """PPO clipped surrogate with optional asymmetric upper clip and dual clip.
 
@@ -84,8 +87,8 @@ def ppo_policy_loss(
         l_t = max(-A_t rho_t, -A_t clip(rho_t, 1 - clip_eps, 1 + eps_hi))
         l_t = min(l_t, -c A_t)        where A_t < 0, if dual_clip c (> 1) is given
 
-    aggregated with `masked_aggregate(l, mask, row_weight, agg)`. `old_logp` and `adv` are
-    treated as constants (stop_gradient).
+    aggregated with `masked_aggregate(l, mask, row_weight, agg, norm)`. `old_logp` and `adv`
+    are treated as constants (stop_gradient).
 
     Returns:
       `(loss, metrics)`; metrics (token means over valid tokens, fixed keys):
@@ -123,7 +126,7 @@ def ppo_policy_loss(
         "approx_kl": mean(jax.lax.stop_gradient(jnp.expm1(log_ratio) - log_ratio)),
         "ratio_mean": mean(jax.lax.stop_gradient(ratio)),
     }
-    return masked_aggregate(loss, mask_BL, row_weight_B, agg), metrics
+    return masked_aggregate(loss, mask_BL, row_weight_B, agg, norm), metrics
 
 
 def value_loss(
@@ -135,8 +138,9 @@ def value_loss(
     *,
     clip: float | None = None,
     agg: str = "token_mean",
+    norm: chex.Array | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
-    """Clipped value loss (PPO style).
+    """Clipped value loss (PPO style), aggregated like `ppo_policy_loss`.
 
         v_clip = old_v + clip(v - old_v, -c, c)
         l_t    = 0.5 * max((v - R)^2, (v_clip - R)^2)       (0.5 (v - R)^2 if clip is None)
@@ -172,7 +176,7 @@ def value_loss(
         "values_mean": mean(jax.lax.stop_gradient(v)),
         "returns_mean": mean(ret),
     }
-    return masked_aggregate(0.5 * err, mask_BL, row_weight_B, agg), metrics
+    return masked_aggregate(0.5 * err, mask_BL, row_weight_B, agg, norm), metrics
 
 
 def entropy_from_logits(logits_BLV: chex.Array) -> chex.Array:

@@ -12,7 +12,9 @@ else — clipping, KL, entropy bonus, aggregation, the critic — is written her
     L_V    = agg_u 0.5 max((V_u - R_u)^2, (V_clip,u - R_u)^2)
 
 With `kl_in_loss=False` the KL is folded into the rewards before the advantages instead
-(`kl_rewards`), with the same estimator `kl_kind`. SFT is the same machinery with the expert's
+(`kl_rewards`), with the same estimator `kl_kind`. A batch may carry `loss_norm` (per row, the
+same number): the fixed denominator of every aggregate above (see `reduce.masked_aggregate`),
+so that each minibatch of an RL iteration weighs its tokens (rows) like every other minibatch. SFT is the same machinery with the expert's
 units: `L_sft = -agg_u log pi(u) + c_lm LM`.
 """
 from __future__ import annotations
@@ -83,6 +85,11 @@ def units(x: chex.Array) -> chex.Array:
     return x[:, None] if jnp.ndim(x) == 1 else x
 
 
+def loss_norm(batch: Mapping[str, chex.Array]) -> chex.Array | None:
+    """The batch's fixed loss denominator (`loss_norm`, padded rows hold 0), or None."""
+    return jnp.max(batch["loss_norm"]) if "loss_norm" in batch else None
+
+
 def policy_loss(terms: PolicyTerms, batch: Mapping[str, chex.Array], cfg: ObjectiveConfig,
                 prefix: str = "pg") -> tuple[chex.Array, dict[str, chex.Array]]:
     """The PG loss above; `batch` holds `old_logp`, `adv`, `ref_logp` per unit and `row_weight`.
@@ -92,13 +99,18 @@ def policy_loss(terms: PolicyTerms, batch: Mapping[str, chex.Array], cfg: Object
     sampling params, the sampler-vs-trainer gap)."""
     logp, mask, w = terms.logp_BU, terms.mask_BU, batch["row_weight"]
     old, adv = units(batch["old_logp"]), units(batch["adv"])
+    norm = loss_norm(batch)
     pg, m = losses.ppo_policy_loss(logp, old, adv, mask, w, clip_eps=cfg.clip_eps,
                                    clip_eps_high=_opt(cfg.clip_eps_high),
-                                   dual_clip=_opt(cfg.dual_clip), agg=cfg.agg)
+                                   dual_clip=_opt(cfg.dual_clip), agg=cfg.agg, norm=norm)
     ent = reduce.masked_mean(terms.entropy_BU, mask, w)
-    kl = (losses.kl_loss(logp, units(batch["ref_logp"]), mask, w, kind=cfg.kl_kind, agg=cfg.agg)
+    kl = (losses.kl_loss(logp, units(batch["ref_logp"]), mask, w, kind=cfg.kl_kind, agg=cfg.agg,
+                         norm=norm)
           if cfg.kl_coef > 0 else jnp.zeros((), jnp.float32))
-    loss = pg - cfg.entropy_coef * ent
+    loss = pg
+    if cfg.entropy_coef:
+        loss = loss - cfg.entropy_coef * (ent if norm is None else reduce.masked_aggregate(
+            terms.entropy_BU, mask, w, cfg.agg, norm))
     if cfg.kl_in_loss:
         loss = loss + cfg.kl_coef * kl
     if cfg.lm_coef:
@@ -128,7 +140,7 @@ def critic_loss(values_BU: chex.Array, mask_BU: chex.Array, batch: Mapping[str, 
     w = batch["row_weight"]
     ret = units(batch["ret"])
     loss, m = losses.value_loss(values_BU, units(batch["old_value"]), ret, mask_BU, w,
-                                clip=_opt(cfg.value_clip), agg=cfg.agg)
+                                clip=_opt(cfg.value_clip), agg=cfg.agg, norm=loss_norm(batch))
     err = reduce.masked_mean(jnp.abs(values_BU - ret), mask_BU, w)
     return loss, {f"{prefix}/value_loss": loss, f"{prefix}/value_abs_err": err,
                   f"{prefix}/value_clip_fraction": m["clip_fraction"]}

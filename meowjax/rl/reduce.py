@@ -44,7 +44,8 @@ def _float(x: chex.Array) -> chex.Array:
 
 
 def masked_aggregate(
-    x_BL: chex.Array, mask_BL: chex.Array, row_weight_B: chex.Array, mode: str = "token_mean"
+    x_BL: chex.Array, mask_BL: chex.Array, row_weight_B: chex.Array, mode: str = "token_mean",
+    norm: chex.Array | None = None,
 ) -> chex.Array:
     """Scalar aggregate of `x_BL` over valid tokens.
 
@@ -57,6 +58,11 @@ def masked_aggregate(
 
     Rows with no valid token are not counted in the sequence means. If nothing is valid the
     result is 0.
+
+    `norm` (> 0) replaces the denominator (`sum_b w_b n_b`, or `sum_b a_b w_b`) by a fixed
+    number: then every token (`token_mean`) or row (sequence modes) weighs `1 / norm` whatever
+    the batch holds, so the small last minibatch of an epoch does not outweigh the full ones
+    (e.g. `norm` = minibatch rows x the iteration's mean tokens per row).
     """
     check_BL("masked_aggregate", x_BL, mask_BL, row_weight_B)
     if mode not in AGG_MODES:
@@ -68,10 +74,12 @@ def masked_aggregate(
     n_B = jnp.sum(valid, axis=1).astype(x_BL.dtype)
     sum_B = jnp.sum(x0_BL, axis=1)
     if mode == "token_mean":
-        return safe_divide(jnp.sum(w_B * sum_B), jnp.sum(w_B * n_B))
+        den = jnp.sum(w_B * n_B) if norm is None else norm
+        return safe_divide(jnp.sum(w_B * sum_B), den)
     active_w_B = jnp.where(n_B > 0, w_B, 0)
     per_row_B = safe_divide(sum_B, n_B) if mode == "seq_mean_token_mean" else sum_B
-    return safe_divide(jnp.sum(active_w_B * per_row_B), jnp.sum(active_w_B))
+    den = jnp.sum(active_w_B) if norm is None else norm
+    return safe_divide(jnp.sum(active_w_B * per_row_B), den)
 
 
 def masked_mean(x_BL: chex.Array, mask_BL: chex.Array, row_weight_B: chex.Array) -> chex.Array:

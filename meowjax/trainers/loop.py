@@ -41,6 +41,9 @@ from meowjax.runtime import checkpoint, host_memory, metrics_log, placement
 from meowjax.trainers import data, optim, steps
 
 SFT, RL, DONE = "sft", "rl", "done"
+# rl.loss_norm: "iteration" = every update step divides by the same number (a full minibatch's
+# worth of units); "minibatch" = by its own count of units (rows), the usual token mean.
+LOSS_NORMS = ("iteration", "minibatch")
 SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, EVAL_RNG = 1, 2, 3, 7, 9
 
 
@@ -86,6 +89,8 @@ class AgentTrainer(abc.ABC):
         self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
                                                section=c.rl.get(c.rl.estimator))
         self.objective = objective.ObjectiveConfig.from_section(c.rl)
+        if c.rl.loss_norm not in LOSS_NORMS:
+            raise ValueError(f"rl.loss_norm={c.rl.loss_norm!r}; choose one of {LOSS_NORMS}.")
         # Reference log-probs are computed only for a KL term (in the loss or in the rewards).
         self.needs_ref = self.objective.needs_ref
         self.plan = data.budget_plan(c) if training else {"sft_demos": 0, "rl_episodes": 0}
@@ -397,6 +402,15 @@ class AgentTrainer(abc.ABC):
             inputs, logp, ref_logp, name=self.spec.name, hp=self.hp, fold_kl=fold_kl,
             whiten=c.rl.whiten_advantages))
         self.attach(eps, rows, adv, ret)
+        if c.rl.loss_norm == "iteration":
+            # One denominator for every update step of the iteration: the minibatch size in
+            # units (tokens / turns) of an average row, or in rows for the sequence means. With
+            # each step's own count instead, the one small last minibatch of an epoch (its
+            # shortest rows) weighed each of its rows up to ~30x a row of a full one.
+            units_per_row = float(np.sum(mask)) / len(rows) if c.rl.agg == "token_mean" else 1.0
+            norm = np.float32(c.rl.minibatch_rows * units_per_row)
+            for row in rows:
+                row["loss_norm"] = norm
         t1 = time.time()
         shuffle = host_rng(c.seed, SHUFFLE_RNG, it)
         acc: dict[str, list] = {}
@@ -432,6 +446,9 @@ class AgentTrainer(abc.ABC):
     # ----- the schedule ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         c = self.c
+        logging.info("run %s: interface %s, estimator %s, %d SFT steps, %d RL iterations, in %s",
+                     c.name, self.interface, self.spec.name, self.sft_steps, self.rl_iters,
+                     self.workdir)
         state, ref, meta = self.restore_state()
         pool = EnvPool(data.env_spec(c, admissible=self.needs_admissible),
                        num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
