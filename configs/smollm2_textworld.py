@@ -43,5 +43,6 @@ def get_config(arg=None):
         c.games.update(dict(num_train=2, num_sft=2, num_eval=2))
         c.budget.update(dict(total_episodes=12, sft_share=0.5))   # 1 demo, 2 RL iterations x 4
         c.turns.update(dict(max_turns=3, eval_max_turns=3))
+        c.checkpoint.max_to_keep = 1   # a 135M policy + critic + Adam is ~4 GB a checkpoint
     c.lock()
     return c
