@@ -19,7 +19,7 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from meowjax.runtime import host_memory, xla_cache
+from meowjax.runtime import console, host_memory, xla_cache
 
 from meowjax.trainers import evaluate
 
@@ -49,7 +49,7 @@ def define_flags() -> None:
 def main(argv):
     del argv
     F = flags.FLAGS
-    logging.set_verbosity(logging.INFO)
+    console.install()  # phase lines and progress bars; -v 1 for every log line
     if F.keep_host_memory:
         host_memory.keep_freed_memory()
     xla_cache.enable(F.compile_cache)

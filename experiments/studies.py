@@ -27,7 +27,7 @@ from absl import app, flags, logging
 
 from configs import study_algos, textworld_budgetmix, textworld_fixed_budget
 from meowjax.eval import report, stats
-from meowjax.runtime import host_memory, xla_cache
+from meowjax.runtime import console, host_memory, xla_cache
 
 STUDIES = ("algos", "budget")
 RESULT_FILE = "cell_result.json"
@@ -199,7 +199,7 @@ def define_flags() -> None:
 def main(argv):
     del argv
     F = flags.FLAGS
-    logging.set_verbosity(logging.INFO)
+    console.install()  # phase lines and progress bars; -v 1 for every log line
     smoke = F.smoke
     if F.keep_host_memory:
         host_memory.keep_freed_memory()

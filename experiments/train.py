@@ -5,13 +5,17 @@
         --config.rl.estimator=grpo
 
 Rerunning the same command on the same workdir resumes from the latest checkpoint.
+
+The console shows one line per phase, progress bars and one line per RL iteration; every metric
+goes to <workdir>/metrics.jsonl and <workdir>/tb. `--verbosity=1` (`-v 1`) also prints every
+metric of every step and third-party INFO logging (orbax, jax); see meowjax/runtime/console.py.
 """
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from meowjax.trainers import run as run_lib
-from meowjax.runtime import host_memory, xla_cache
+from meowjax.runtime import console, host_memory, xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and reports go.")
@@ -28,9 +32,9 @@ _KEEP_MEMORY = flags.DEFINE_bool(
 
 def main(argv):
     del argv
-    logging.set_verbosity(logging.INFO)
+    console.install()  # phase lines and progress bars; -v 1 for every log line
     if _KEEP_MEMORY.value:
-        logging.info("host memory kept for reuse: %s", host_memory.keep_freed_memory())
+        logging.debug("host memory kept for reuse: %s", host_memory.keep_freed_memory())
     xla_cache.enable(_CACHE.value)
     run_lib.run(_CONFIG.value, _WORKDIR.value)
 

@@ -43,9 +43,12 @@ import functools
 import json
 import multiprocessing
 import os
+import sys
 import time
 import warnings
 from typing import Any
+
+import tqdm
 
 from meowjax.envs.base import EnvError, Task
 from meowjax.envs.registry import EnvSpec, make_env
@@ -279,6 +282,7 @@ def generate_games(spec: GameSetSpec, out_dir: str, workers: int = 2,
     seed = first + spec.seed_offset
     chosen: list[int] = []
     pool = None
+    bar = None  # a progress bar on a terminal's stderr, once there are games to make
     try:
         while len(chosen) < spec.num_games:
             # Walk the range in order; a seed is either done, known-skipped, or to be made.
@@ -294,6 +298,10 @@ def generate_games(spec: GameSetSpec, out_dir: str, workers: int = 2,
                                f"{spec.name}: {len(skipped)} seeds failed quest generation. "
                                "Relax the settings (shorter quests, more objects or rooms).")
             jobs = [(spec, s, game_dir) for s in todo]
+            if bar is None and jobs:
+                bar = tqdm.tqdm(total=spec.num_games, initial=len(chosen), unit="game",
+                                desc=f"games {spec.name}/{spec.split}", file=sys.stderr,
+                                disable=None, leave=False, dynamic_ncols=True, mininterval=0.5)
             if workers > 1 and len(jobs) > 1:
                 if pool is None:
                     pool = multiprocessing.get_context("spawn").Pool(min(workers, len(jobs)))
@@ -305,11 +313,15 @@ def generate_games(spec: GameSetSpec, out_dir: str, workers: int = 2,
                     skipped[entry["seed"]] = entry
                 else:
                     done[entry["seed"]] = entry
+                    if bar is not None:
+                        bar.update(1)
                 if verbose:
                     print(f"{spec.name}/{spec.split} seed {entry['seed']}: "
                           f"{entry.get('error') or entry['file']}", flush=True)
             chosen.extend(s for s in todo if s in done)
     finally:
+        if bar is not None:
+            bar.close()
         if pool is not None:
             pool.close()
             pool.join()

@@ -1,4 +1,6 @@
-"""Metrics to TensorBoard event files and to absl log lines (host side, at log steps only)."""
+"""Metrics to TensorBoard event files, metrics.jsonl and absl DEBUG lines (host side, at log steps
+only). The console shows those lines at ``--verbosity=1``; by default it shows the summaries of
+``runtime.console`` instead."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ class MetricsWriter:
         self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
 
     def write(self, step: int, metrics: Mapping[str, Any], *, log: bool = True) -> None:
+        """Every scalar to both files; with ``log`` also one DEBUG line of them all."""
         clean = {k: float(np.asarray(v)) for k, v in metrics.items()}
         for k, v in clean.items():
             self.tb.add_scalar(k, v, step=step)
@@ -26,8 +29,8 @@ class MetricsWriter:
         self.jsonl.flush()
         self.tb.flush()
         if log:
-            logging.info("step %d: %s", step,
-                         ", ".join(f"{k}={v:.4g}" for k, v in sorted(clean.items())))
+            logging.debug("step %d: %s", step,
+                          ", ".join(f"{k}={v:.4g}" for k, v in sorted(clean.items())))
 
     def close(self) -> None:
         self.tb.close()

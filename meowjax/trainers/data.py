@@ -5,6 +5,7 @@ game-text tokenizer."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable
 
 import ml_collections
@@ -16,6 +17,7 @@ from meowjax.envs.base import Task
 from meowjax.envs.registry import EnvSpec, make_env
 from meowjax.rollout import chat, score_episodes
 from meowjax.rollout import tokenizer as tok_lib
+from meowjax.runtime import console
 
 
 def budget_plan(c: ml_collections.ConfigDict) -> dict[str, int]:
@@ -65,12 +67,13 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
         raise ValueError(f"games.num_train_hard={c.games.num_train_hard} is for families with a "
                          f"harder RL pool ({', '.join(with_pool)}); env.family={family.name!r} "
                          "has none: set it to 0.")
+    t0 = time.time()
     sets = family.task_sets(c)
     if sorted(sets) != sorted(registry.TASK_SETS):
         raise ValueError(f"env.family={family.name!r}: task_sets returned {sorted(sets)}; it must "
                          f"return exactly {list(registry.TASK_SETS)}.")
-    for name, tasks in sets.items():
-        logging.info("tasks %s: %d (%s)", name, len(tasks), family.name)
+    console.info("games (%s): %s, in %.1f s", family.name,
+                 ", ".join(f"{name} {len(tasks)}" for name, tasks in sets.items()), time.time() - t0)
     return sets
 
 

@@ -158,7 +158,8 @@ def play_tasks(agent: Agent, pool, tasks: Sequence[Task], *, samples: int, budge
     player (``AgentTrainer.play_tasks``), so a checkpoint evaluated here and by the trainer at
     the same seed plays the same episodes."""
     return agent.trainer.play_tasks(agent.params, pool, tasks, samples=samples, budget=budget,
-                                    greedy=greedy, seed=seed, stream=stream)
+                                    greedy=greedy, seed=seed, stream=stream,
+                                    desc=f"{'greedy' if greedy else 'sampled'} T={budget}")
 
 
 def replay_traces(family: str, tasks: Sequence[Task], played: Sequence[Trajectory],

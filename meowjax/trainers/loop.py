@@ -37,7 +37,7 @@ from meowjax.models import value
 from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
-from meowjax.runtime import checkpoint, host_memory, metrics_log, placement
+from meowjax.runtime import checkpoint, console, host_memory, metrics_log, placement
 from meowjax.trainers import data, optim, steps
 
 SFT, RL, DONE = "sft", "rl", "done"
@@ -280,9 +280,11 @@ class AgentTrainer(abc.ABC):
         return state.params, meta
 
     # ----- pieces of the schedule ------------------------------------------------------------
-    def evaluate(self, params, pool, tag: str, *, sampled: bool) -> dict[str, Any]:
-        """Greedy success on both held-out splits; Pass@(K,T) from sampled episodes."""
+    def evaluate(self, params, pool, title: str, *, sampled: bool) -> dict[str, Any]:
+        """Greedy success on both held-out splits; Pass@(K,T) from sampled episodes. ``title``
+        heads its console line."""
         c = self.c
+        t0 = time.time()
         out: dict[str, Any] = {}
         kw = dict(budget=c.turns.eval_max_turns, seed=c.seed)
         for split in ("eval", "eval_hard"):
@@ -290,15 +292,17 @@ class AgentTrainer(abc.ABC):
             if not tasks:
                 continue
             out[split] = outcomes.success_summary(self.play_tasks(params, pool, tasks, samples=1,
-                                                         greedy=True, **kw))
+                                                         greedy=True, desc=split, **kw))
             if sampled and split == "eval" and c.eval.num_samples > 0:
                 trajs = self.play_tasks(params, pool, tasks, samples=c.eval.num_samples,
-                                        greedy=False, **kw)
+                                        greedy=False, desc=f"{split} sampled", **kw)
                 out["pass_at_k_t"] = passk.estimate_pass_at_k_t(
                     outcomes.by_task(trajs), c.eval.pass_ks, c.eval.pass_ts,
                     mode="single_run").to_json()
-        logging.info("eval %s: %s", tag, {k: round(v["success"], 3) for k, v in out.items()
-                                           if "success" in v})
+        console.info("%s", console.eval_line(
+            title, {f"{k} {data.difficulty_name(c, k == 'eval_hard')}": v
+                    for k, v in out.items() if "success" in v},
+            time.time() - t0, pass_at_k_t=out.get("pass_at_k_t")))
         return out
 
     @property
@@ -309,7 +313,8 @@ class AgentTrainer(abc.ABC):
         return self.c.policy.temperature if t is None else t
 
     def play_tasks(self, params, pool, tasks: Sequence[Any], *, samples: int, budget: int,
-                   greedy: bool, seed: int, stream: int = 0) -> list[trajectory.Trajectory]:
+                   greedy: bool, seed: int, stream: int = 0,
+                   desc: str = "eval") -> list[trajectory.Trajectory]:
         """The one evaluation player: the trainer's evaluations and ``trainers.evaluate`` (the
         evaluate CLI) both call it. ``samples`` episodes per task at turn budget ``budget``,
         in chunks of at most one rollout batch; greedy, or sampled at ``eval_temperature``.
@@ -317,17 +322,19 @@ class AgentTrainer(abc.ABC):
         Randomness: host ``host_rng(seed, EVAL_RNG)`` (greedy) or ``host_rng(seed, EVAL_RNG,
         1 + stream)`` (sampled), device ``fold_in(key(seed), 10_000_000 + stream)`` folded with
         each chunk's start; ``stream`` separates several sampled evaluations of one seed (the
-        per-budget Pass@(K,T) mode plays one per budget)."""
+        per-budget Pass@(K,T) mode plays one per budget). ``desc`` names its progress bar."""
         rng = host_rng(seed, EVAL_RNG) if greedy else host_rng(seed, EVAL_RNG, 1 + stream)
         key = jax.random.fold_in(jax.random.key(seed), 10_000_000 + stream)
         trajs = []
         per_chunk = max(1, self.batch_rows // samples)
-        for start in range(0, len(tasks), per_chunk):
-            chunk = list(tasks[start:start + per_chunk])
-            trajs += self.play(params, pool, chunk, group_size=samples,
-                               budgets=[budget] * (len(chunk) * samples), rng=rng, greedy=greedy,
-                               key=jax.random.fold_in(key, start),
-                               temperature=self.eval_temperature)
+        with console.Progress(desc, len(tasks) * samples, "episode") as bar:
+            for start in range(0, len(tasks), per_chunk):
+                chunk = list(tasks[start:start + per_chunk])
+                trajs += self.play(params, pool, chunk, group_size=samples,
+                                   budgets=[budget] * (len(chunk) * samples), rng=rng,
+                                   greedy=greedy, key=jax.random.fold_in(key, start),
+                                   temperature=self.eval_temperature)
+                bar.update(len(chunk) * samples)
         return trajs
 
     def _sft(self, state, meta):
@@ -335,22 +342,33 @@ class AgentTrainer(abc.ABC):
         steps_per_epoch = -(-len(self.sft_rows) // c.sft.batch_rows)
         lengths = [len(r["tokens"]) for r in self.sft_rows]
         chunks, chunks_epoch = [], -1
-        while meta["sft_step"] < self.sft_steps and not self.preempted:
-            epoch, k = divmod(meta["sft_step"], steps_per_epoch)
-            if epoch != chunks_epoch:  # one epoch's minibatches, drawn once from its rng
-                chunks = buckets.length_grouped_minibatches(lengths, c.sft.batch_rows,
-                                                            host_rng(c.seed, SFT_RNG, epoch))
-                chunks_epoch = epoch
-            idx = chunks[k]
-            # Update steps always run on batch_rows rows (the one partial minibatch of an epoch
-            # is padded with weight-0 rows): a backward pass compiles in ~8 s on 2 CPU cores, so
-            # one shape per length bucket beats a few wasted rows.
-            batch = self.pack([self.sft_rows[i] for i in idx], c.sft.batch_rows, "sft")
-            state, m = self.sft_step(state, self.place.batch(batch))
-            meta["sft_step"] += 1
-            if meta["sft_step"] % c.log.every_steps == 0 or meta["sft_step"] == self.sft_steps:
-                self.writer.write(meta["sft_step"], {**jax.device_get(m),
-                                                     **host_memory.memory_metrics()})
+        loss = float("nan")
+        with console.Progress("SFT", self.sft_steps, "step", initial=meta["sft_step"]) as bar:
+            while meta["sft_step"] < self.sft_steps and not self.preempted:
+                epoch, k = divmod(meta["sft_step"], steps_per_epoch)
+                if epoch != chunks_epoch:  # one epoch's minibatches, drawn once from its rng
+                    chunks = buckets.length_grouped_minibatches(lengths, c.sft.batch_rows,
+                                                                host_rng(c.seed, SFT_RNG, epoch))
+                    chunks_epoch = epoch
+                idx = chunks[k]
+                # Update steps always run on batch_rows rows (the one partial minibatch of an
+                # epoch is padded with weight-0 rows): a backward pass compiles in ~8 s on 2 CPU
+                # cores, so one shape per length bucket beats a few wasted rows.
+                batch = self.pack([self.sft_rows[i] for i in idx], c.sft.batch_rows, "sft")
+                state, m = self.sft_step(state, self.place.batch(batch))
+                meta["sft_step"] += 1
+                shown = {}
+                if meta["sft_step"] % c.log.every_steps == 0 or meta["sft_step"] == self.sft_steps:
+                    m = {**jax.device_get(m), **host_memory.memory_metrics()}
+                    self.writer.write(meta["sft_step"], m)
+                    loss = float(m["sft/loss"])
+                    shown = {"loss": loss}
+                bar.update(1, **shown)
+        if self.sft_steps:
+            console.info("SFT: %d/%d steps, loss %.4g, in %.1f s", meta["sft_step"],
+                         self.sft_steps, loss, bar.elapsed())
+        else:
+            console.info("SFT: none (no expert demonstrations in the plan)")
         return state
 
     def _old_terms(self, state, ref, rows):
@@ -446,7 +464,7 @@ class AgentTrainer(abc.ABC):
     # ----- the schedule ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         c = self.c
-        logging.info("run %s: interface %s, estimator %s, %d SFT steps, %d RL iterations, in %s",
+        console.info("run %s: interface %s, estimator %s, %d SFT steps, %d RL iterations, in %s",
                      c.name, self.interface, self.spec.name, self.sft_steps, self.rl_iters,
                      self.workdir)
         state, ref, meta = self.restore_state()
@@ -460,32 +478,44 @@ class AgentTrainer(abc.ABC):
                 if self.preempted:
                     self._save(state, state.params, meta)
                     raise Preempted(f"SIGTERM during SFT at step {meta['sft_step']}; saved.")
-                meta["evals"]["start"] = self.evaluate(state.params, pool, "start",
-                                                       sampled=c.eval.sample_start)
+                meta["evals"]["start"] = self.evaluate(
+                    state.params, pool, "evaluation of the starting policy",
+                    sampled=c.eval.sample_start)
                 meta["phase"] = RL
                 ref = self.place.params(_copy_tree(state.params))  # pg_step donates
                 state = self._rl_state(state.params)
                 self._save(state, ref, meta)
-            while meta["phase"] == RL and meta["iteration"] < self.rl_iters:
-                state, m = self._rl_iteration(state, ref, pool, meta["iteration"])
-                host_memory.release_free_memory()  # kept host memory: once per iteration
-                meta["iteration"] += 1
-                step = self.sft_steps + meta["iteration"]
-                self.writer.write(step, m)
-                if c.eval.every_iters and meta["iteration"] % c.eval.every_iters == 0:
-                    e = self.evaluate(state.params, pool, f"iter {meta['iteration']}", sampled=False)
-                    self.writer.write(step, {f"eval/{k}_success": v["success"]
-                                             for k, v in e.items() if "success" in v})
-                if self.preempted or meta["iteration"] % c.checkpoint.every_iters == 0:
-                    self._save(state, ref, meta)
-                if self.preempted:
-                    raise Preempted(f"SIGTERM at RL iteration {meta['iteration']}; saved.")
+            # No plain progress lines off a terminal: each iteration prints its own, with the ETA.
+            with console.Progress("RL", self.rl_iters, "iter", initial=meta["iteration"],
+                                  plain_every_s=None) as bar:
+                while meta["phase"] == RL and meta["iteration"] < self.rl_iters:
+                    state, m = self._rl_iteration(state, ref, pool, meta["iteration"])
+                    host_memory.release_free_memory()  # kept host memory: once per iteration
+                    meta["iteration"] += 1
+                    step = self.sft_steps + meta["iteration"]
+                    self.writer.write(step, m)
+                    bar.update(1, success=m["rollout/success"])
+                    console.info("%s", console.rl_line(meta["iteration"], self.rl_iters, m,
+                                                       bar.eta()))
+                    if c.eval.every_iters and meta["iteration"] % c.eval.every_iters == 0:
+                        e = self.evaluate(state.params, pool,
+                                          f"evaluation at RL iteration {meta['iteration']}",
+                                          sampled=False)
+                        self.writer.write(step, {f"eval/{k}_success": v["success"]
+                                                 for k, v in e.items() if "success" in v})
+                    if self.preempted or meta["iteration"] % c.checkpoint.every_iters == 0:
+                        self._save(state, ref, meta)
+                    if self.preempted:
+                        raise Preempted(f"SIGTERM at RL iteration {meta['iteration']}; saved.")
             if meta["phase"] == RL:
-                meta["evals"]["final"] = self.evaluate(state.params, pool, "final", sampled=True)
+                console.info("RL: %d/%d iterations, in %.1f s", meta["iteration"], self.rl_iters,
+                             bar.elapsed())
+                meta["evals"]["final"] = self.evaluate(state.params, pool, "final evaluation",
+                                                       sampled=True)
                 meta["phase"] = DONE
                 self._save(state, ref, meta)
-            logging.info("batch shapes per jitted function (one compile each): %s",
-                         {k: sorted(v) for k, v in self.shapes_seen.items()})
+            logging.debug("batch shapes per jitted function (one compile each): %s",
+                          {k: sorted(v) for k, v in self.shapes_seen.items()})
             cc = self.compile_clock.snapshot()
             logging.info("XLA: %d compiles (%d loaded from the persistent cache, saving %.1f s), "
                          "%.1f s compiling, %.1f s tracing/lowering (all jitted functions, "

@@ -9,9 +9,9 @@ from typing import Any
 
 import ml_collections
 import numpy as np
-from absl import logging
 
 from meowjax.eval import passk, report
+from meowjax.runtime import console
 from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
 
@@ -92,5 +92,5 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     path = write_run_report(c, workdir, out, time.time() - t0)
     with open(path, encoding="utf-8") as f:
         print(f.read())
-    logging.info("Report written to %s", path)
+    console.info("report: %s (wall time %.1f min)", path, (time.time() - t0) / 60)
     return out
