@@ -106,7 +106,7 @@ def unread(c: ml_collections.ConfigDict, tracked: Tracked) -> list[str]:
 def smoke_config(name: str, games_dir: str):
     c = importlib.import_module(f"configs.{name}").get_config("smoke=True")
     c.unlock()
-    c.games.cache_dir = games_dir   # the session's game cache (not a set field: base has it)
+    c.games.cache_dir = games_dir   # the test run's game cache (not a set field: base has it)
     c.lock()
     return c
 
