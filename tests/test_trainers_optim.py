@@ -113,3 +113,14 @@ def test_plain_optax_transformations_still_apply():
     grads = jax.grad(lambda p: _loss(p, batch)[0])(params)
     new_params, _ = optim.apply_gradients(opt, grads, opt.init(params), params)
     np.testing.assert_allclose(new_params["w"], params["w"] - 0.1 * grads["w"], rtol=1e-6)
+
+
+def test_lr_schedules_warm_up_then_decay_or_stay():
+    cos = optim.lr_schedule(1.0, warmup_steps=2, total_steps=10, kind="cosine")
+    const = optim.lr_schedule(1.0, warmup_steps=2, total_steps=10, kind="constant")
+    assert [float(cos(0)), float(cos(1)), float(cos(2))] == [0.0, 0.5, 1.0]
+    assert [float(const(0)), float(const(1)), float(const(2))] == [0.0, 0.5, 1.0]
+    assert float(cos(10)) == pytest.approx(0.1) and float(cos(1000)) == pytest.approx(0.1)
+    assert float(const(10)) == 1.0 and float(const(1000)) == 1.0
+    with pytest.raises(ValueError, match="lr_schedule='linear'"):
+        optim.lr_schedule(1.0, warmup_steps=2, total_steps=10, kind="linear")

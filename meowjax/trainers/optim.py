@@ -37,16 +37,33 @@ class GuardedOptimizer(NamedTuple):
     tail: optax.GradientTransformation | None = None
 
 
-def make_optimizer(lr: float, *, warmup_steps: int, total_steps: int, grad_clip: float,
-                   weight_decay: float = 0.0, max_consecutive_errors: int = 1_000_000
-                   ) -> GuardedOptimizer:
-    """AdamW with linear warmup then cosine decay to 10%, global-norm clipping, and a
-    non-finite guard (``optax.apply_if_finite`` semantics): a step whose gradients hold
-    NaN/inf is skipped (weights and moments unchanged) and counted in the state's
-    ``total_notfinite``."""
-    schedule = optax.warmup_cosine_decay_schedule(
+LR_SCHEDULES = ("cosine", "constant")
+
+
+def lr_schedule(lr: float, *, warmup_steps: int, total_steps: int,
+                kind: str = "cosine") -> optax.Schedule:
+    """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then ``kind``: "cosine" decays to
+    0.1 * lr at ``total_steps`` and stays there; "constant" stays at ``lr``."""
+    if kind not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule={kind!r}; choose one of {LR_SCHEDULES}.")
+    if kind == "constant":
+        warm = max(1, warmup_steps)
+        return optax.join_schedules([optax.linear_schedule(0.0, lr, warm),
+                                     optax.constant_schedule(lr)], [warm])
+    return optax.warmup_cosine_decay_schedule(
         init_value=0.0, peak_value=lr, warmup_steps=max(1, warmup_steps),
         decay_steps=max(total_steps, warmup_steps + 1), end_value=0.1 * lr)
+
+
+def make_optimizer(lr: float, *, warmup_steps: int, total_steps: int, grad_clip: float,
+                   weight_decay: float = 0.0, max_consecutive_errors: int = 1_000_000,
+                   schedule_kind: str = "cosine") -> GuardedOptimizer:
+    """AdamW on ``lr_schedule`` (linear warmup, then cosine decay to 10% or constant),
+    global-norm clipping, and a non-finite guard (``optax.apply_if_finite`` semantics): a step
+    whose gradients hold NaN/inf is skipped (weights and moments unchanged) and counted in the
+    state's ``total_notfinite``."""
+    schedule = lr_schedule(lr, warmup_steps=warmup_steps, total_steps=total_steps,
+                           kind=schedule_kind)
     tail = optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=weight_decay)
     inner = optax.chain(optax.clip_by_global_norm(grad_clip), tail)
     guard = optax.apply_if_finite(inner, max_consecutive_errors=max_consecutive_errors)
@@ -115,10 +132,12 @@ def apply_gradients(optimizer, grads, opt_state, params):
 def optimizer_from_config(c: ml_collections.ConfigDict, total_steps: int, *,
                           lr: float | None = None) -> optax.GradientTransformation:
     """The optimizer of a config section (``sft`` or ``rl``); ``lr`` overrides its ``lr`` (the
-    critic's ``rl.critic_lr``)."""
+    critic's ``rl.critic_lr``). ``lr_schedule`` "cosine" ends its decay at ``total_steps``:
+    for RL an estimate (``AgentTrainer.rows_per_iter_estimate``), so when episodes run longer
+    than it assumes the decay ends before the last iteration; "constant" does not depend on it."""
     return make_optimizer(c.lr if lr is None else lr, warmup_steps=c.warmup_steps,
                           total_steps=total_steps, grad_clip=c.grad_clip,
-                          weight_decay=c.weight_decay)
+                          weight_decay=c.weight_decay, schedule_kind=c.lr_schedule)
 
 
 def skipped_updates(opt_state: Any) -> jax.Array:
