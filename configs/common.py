@@ -76,14 +76,15 @@ def base_config() -> ml_collections.ConfigDict:
 
     # SFT -> RL under one budget: an SFT demonstration costs sft_demo_cost RL episodes.
     # sft.lm_coef / rl.lm_coef: weight of an auxiliary next-token loss on the prompt text
-    # (objective, observations; scoring interface only).
+    # (objective, observations). lr_schedule: "cosine" (warmup, then decay to 10% of lr at the
+    # section's estimated step count) or "constant" (warmup, then lr).
     # sft.augment_copies: extra copies of each demonstration with entity names swapped for
     # names from other games (teaches copying names from the objective; TextWorld only).
     c.budget = ml_collections.ConfigDict(dict(total_episodes=1200, sft_share=0.25,
                                               sft_demo_cost=10))
     c.sft = ml_collections.ConfigDict(dict(
-        epochs=6, batch_rows=32, lr=1e-3, warmup_steps=20, grad_clip=1.0, weight_decay=0.0,
-        augment_copies=0, lm_coef=0.0))
+        epochs=6, batch_rows=32, lr=1e-3, lr_schedule="cosine", warmup_steps=20, grad_clip=1.0,
+        weight_decay=0.0, augment_copies=0, lm_coef=0.0))
     # The objective (meowjax.rl.objective): PPO clip (clip_eps_high / dual_clip / value_clip:
     # 0 = off), KL to the SFT policy in the loss or folded into the rewards (kl_in_loss, with
     # kl_kind's estimator either way), entropy bonus, auxiliary LM loss, aggregation `agg` (one
@@ -92,12 +93,17 @@ def base_config() -> ml_collections.ConfigDict:
     # defaults come from the estimator registry. loss_norm: "iteration" divides every update step
     # of an RL iteration by the same number (a full minibatch's worth of units), so the small
     # last minibatch of an epoch weighs each row like the rest; "minibatch": by its own count.
+    # turn_cost: subtracted from the reward of every agent turn (detours cost; with gamma = 1
+    # and a telescoping process reward they are free). bootstrap_truncated: the critic
+    # estimators continue an episode cut by its turn budget from the critic's value instead of
+    # 0 (meowjax.trainers.returns); episodes that ended are unaffected.
     c.rl = ml_collections.ConfigDict(dict(
         estimator="rloo", gamma=1.0, lam=1.0, whiten_advantages=False, agg="token_mean",
-        loss_norm="iteration",
+        loss_norm="iteration", turn_cost=0.0, bootstrap_truncated=True,
         clip_eps=0.2, clip_eps_high=0.0, dual_clip=0.0, value_clip=0.5,
         kl_coef=0.0, kl_kind="k3", kl_in_loss=True, entropy_coef=0.0,
-        epochs=2, minibatch_rows=32, lr=3e-4, critic_lr=1e-3, warmup_steps=5, grad_clip=1.0,
+        epochs=2, minibatch_rows=32, lr=3e-4, lr_schedule="cosine", critic_lr=1e-3,
+        warmup_steps=5, grad_clip=1.0,
         weight_decay=0.0, lm_coef=0.0))
     for name, spec in rl.ESTIMATORS.items():
         if spec.defaults:

@@ -18,12 +18,12 @@ MODES = [pytest.param(lambda f: f, id="eager"), pytest.param(jax.jit, id="jit")]
 # ---------------------------------------------------------------- numpy references
 
 
-def np_token_gae(r_BL, v_BL, m_BL, gamma, lam):
+def np_token_gae(r_BL, v_BL, m_BL, gamma, lam, boot_B=None):
     adv_BL = np.zeros(r_BL.shape, np.float64)
     ret_BL = np.zeros(r_BL.shape, np.float64)
     for b in range(r_BL.shape[0]):
         idx = [t for t in range(r_BL.shape[1]) if m_BL[b, t] > 0]
-        next_v, next_a = 0.0, 0.0
+        next_v, next_a = (0.0 if boot_B is None else boot_B[b]), 0.0
         for t in reversed(idx):
             a = r_BL[b, t] + gamma * next_v - v_BL[b, t] + gamma * lam * next_a
             adv_BL[b, t], ret_BL[b, t] = a, a + v_BL[b, t]
@@ -31,10 +31,10 @@ def np_token_gae(r_BL, v_BL, m_BL, gamma, lam):
     return adv_BL, ret_BL
 
 
-def np_classic_gae(r_L, v_L, gamma, lam):
-    """Textbook GAE, V_{L} = 0, written with explicit deltas."""
+def np_classic_gae(r_L, v_L, gamma, lam, v_end=0.0):
+    """Textbook GAE, V_{L} = v_end (0: the episode ended), written with explicit deltas."""
     n = len(r_L)
-    v_next = np.append(v_L[1:], 0.0)
+    v_next = np.append(v_L[1:], v_end)
     delta = r_L + gamma * v_next - v_L
     out = np.zeros(n)
     for t in range(n):
@@ -42,7 +42,7 @@ def np_classic_gae(r_L, v_L, gamma, lam):
     return out
 
 
-def np_turn_gae(r_BL, v_BL, m_BL, te_BL, gamma, lam):
+def np_turn_gae(r_BL, v_BL, m_BL, te_BL, gamma, lam, boot_B=None):
     adv_BL = np.zeros(r_BL.shape)
     ret_BL = np.zeros(r_BL.shape)
     for b in range(r_BL.shape[0]):
@@ -57,7 +57,7 @@ def np_turn_gae(r_BL, v_BL, m_BL, te_BL, gamma, lam):
             continue
         r_K = np.array([x[1] for x in turns])
         v_K = np.array([x[2] for x in turns])
-        a_K = np_classic_gae(r_K, v_K, gamma, lam)
+        a_K = np_classic_gae(r_K, v_K, gamma, lam, 0.0 if boot_B is None else boot_B[b])
         for (tokens, _, _), a, v in zip(turns, a_K, v_K):
             adv_BL[b, tokens] = a
             ret_BL[b, tokens] = a + v
@@ -132,6 +132,31 @@ def test_token_gae_matches_numpy(wrap):
     a_ref, ret_ref = np_token_gae(r, v, m, 0.9, 0.8)
     np.testing.assert_allclose(a, a_ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ret, ret_ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wrap", MODES)
+def test_truncated_episode_bootstraps_token_and_turn_gae(wrap):
+    """A row cut by its turn budget continues from bootstrap_b (the value of the state it was
+    cut in) instead of 0; a zero bootstrap is the ended episode, bit for bit."""
+    r, v, m, te = random_traj(np.random.default_rng(3), B, L)
+    boot = np.random.default_rng(4).normal(size=B).astype(np.float32)
+    boot[0] = 0.0
+    for fn, ref in ((functools.partial(adv.token_gae, gamma=0.9, lam=0.8),
+                     lambda b: np_token_gae(r, v, m, 0.9, 0.8, b)),
+                    (lambda r_, v_, m_, bootstrap_B=None: adv.turn_gae(
+                        r_, v_, m_, te, gamma=0.9, lam=0.8, bootstrap_B=bootstrap_B),
+                     lambda b: np_turn_gae(r, v, m, te, 0.9, 0.8, b))):
+        a, ret = wrap(fn)(r, v, m, bootstrap_B=boot)
+        a_ref, ret_ref = ref(boot)
+        np.testing.assert_allclose(a, a_ref, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ret, ret_ref, rtol=1e-5, atol=1e-5)
+        a0, _ = wrap(fn)(r, v, m)
+        np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(a0)[0])
+        assert not np.allclose(np.asarray(a)[1:], np.asarray(a0)[1:])
+    # By hand, one agent token, gamma = lam = 1: A = r + V_boot - V.
+    a, _ = adv.token_gae(jnp.array([[0.5]]), jnp.array([[0.2]]), jnp.array([[1.0]]),
+                         gamma=1.0, lam=1.0, bootstrap_B=jnp.array([0.7]))
+    np.testing.assert_allclose(a, [[0.5 + 0.7 - 0.2]], rtol=1e-6)
 
 
 @pytest.mark.parametrize("wrap", MODES)

@@ -23,9 +23,10 @@ def _check_token_inputs(name: str, *arrays_BL: chex.Array) -> None:
 
 
 def _token_gae_row(
-    rewards_L: chex.Array, values_L: chex.Array, mask_L: chex.Array, gamma: float, lam: float
+    rewards_L: chex.Array, values_L: chex.Array, mask_L: chex.Array, gamma: float, lam: float,
+    bootstrap: chex.Array = 0.0,
 ) -> tuple[chex.Array, chex.Array]:
-    """Masked GAE for one row (see `token_gae`)."""
+    """Masked GAE for one row (see `token_gae`); `bootstrap` = V after the last agent token."""
     dtype = _compute_dtype(rewards_L, values_L)
     valid_L = mask_L > 0
     r_L = jnp.where(valid_L, rewards_L, 0).astype(dtype)
@@ -40,7 +41,8 @@ def _token_gae_row(
         return carry, jnp.where(m_t, adv, 0)
 
     zero = jnp.zeros((), dtype)
-    _, adv_L = lax.scan(step, (zero, zero), (r_L, v_L, valid_L), reverse=True)
+    v_end = jnp.asarray(bootstrap, dtype)
+    _, adv_L = lax.scan(step, (v_end, zero), (r_L, v_L, valid_L), reverse=True)
     returns_L = jnp.where(valid_L, adv_L + v_L, 0)
     return adv_L, returns_L
 
@@ -52,11 +54,14 @@ def token_gae(
     *,
     gamma: float,
     lam: float,
+    bootstrap_B: chex.Array | None = None,
 ) -> tuple[chex.Array, chex.Array]:
     """Token-level GAE over agent tokens, carried across environment tokens.
 
-    A reverse scan over `t = L-1 .. 0` with carry `(V_next, A_next)`, both 0 beyond the last
-    agent token (the episode ends there). At an agent token (`mask_t = 1`):
+    A reverse scan over `t = L-1 .. 0` with carry `(V_next, A_next)`, starting from
+    `(bootstrap_b, 0)` beyond the last agent token: `bootstrap_b = 0` where the episode ended
+    there (the default), the value of the state it was cut in where a turn budget truncated it.
+    At an agent token (`mask_t = 1`):
 
         delta_t = r_t + gamma * V_next - V_t
         A_t     = delta_t + gamma * lam * A_next
@@ -71,9 +76,18 @@ def token_gae(
       `(advantages_BL, returns_BL)`.
     """
     _check_token_inputs("token_gae(rewards_BL, values_BL, mask_BL)", rewards_BL, values_BL, mask_BL)
-    return jax.vmap(_token_gae_row, in_axes=(0, 0, 0, None, None))(
-        rewards_BL, values_BL, mask_BL, gamma, lam
+    bootstrap_B = _bootstrap(bootstrap_B, rewards_BL)
+    return jax.vmap(_token_gae_row, in_axes=(0, 0, 0, None, None, 0))(
+        rewards_BL, values_BL, mask_BL, gamma, lam, bootstrap_B
     )
+
+
+def _bootstrap(bootstrap_B: chex.Array | None, rewards_BL: chex.Array) -> chex.Array:
+    """The per-row value after the last agent token: zeros (episodes ended) when None."""
+    if bootstrap_B is None:
+        return jnp.zeros(rewards_BL.shape[:1], _compute_dtype(rewards_BL))
+    chex.assert_shape(bootstrap_B, rewards_BL.shape[:1])
+    return bootstrap_B
 
 
 def turn_ids(turn_end_BL: chex.Array) -> chex.Array:
@@ -90,6 +104,7 @@ def _turn_gae_row(
     turn_end_L: chex.Array,
     gamma: float,
     lam: float,
+    bootstrap: chex.Array = 0.0,
 ) -> tuple[chex.Array, chex.Array]:
     """Turn-level GAE for one row (see `turn_gae`)."""
     (length,) = rewards_L.shape
@@ -100,7 +115,7 @@ def _turn_gae_row(
     r_K = jax.ops.segment_sum(jnp.where(valid_L, rewards_L, 0).astype(dtype), tid_L, length)
     v_K = jax.ops.segment_sum(jnp.where(end_L, values_L, 0).astype(dtype), tid_L, length)
     has_end_K = jax.ops.segment_sum(end_L.astype(jnp.int32), tid_L, length) > 0
-    adv_K, ret_K = _token_gae_row(r_K, v_K, has_end_K, gamma, lam)
+    adv_K, ret_K = _token_gae_row(r_K, v_K, has_end_K, gamma, lam, bootstrap)
     adv_L = jnp.where(valid_L, adv_K[tid_L], 0)
     ret_L = jnp.where(valid_L, ret_K[tid_L], 0)
     return adv_L, ret_L
@@ -114,13 +129,15 @@ def turn_gae(
     *,
     gamma: float,
     lam: float,
+    bootstrap_B: chex.Array | None = None,
 ) -> tuple[chex.Array, chex.Array]:
     """Turn-level GAE: one value and one reward per agent turn, advantage broadcast to its tokens.
 
     Turn `k` = the agent tokens after turn end `k-1` up to and including turn end `k` (a turn
     end is a token with `turn_end = 1` and `mask = 1`; `turn_end` on masked tokens is ignored).
     Per turn: `V_k` = value at its end token, `r_k` = sum of rewards on its agent tokens (the
-    reward at its end when rewards sit at turn ends). Then over turns, with `V_K = A_K = 0`:
+    reward at its end when rewards sit at turn ends). Then over turns, with `A_K = 0` and
+    `V_K = bootstrap_b` (0 by default: the episode ended; a value where it was truncated):
 
         delta_k = r_k + gamma * V_{k+1} - V_k
         A_k     = delta_k + gamma * lam * A_{k+1},     R_k = A_k + V_k
@@ -140,8 +157,9 @@ def turn_gae(
         mask_BL,
         turn_end_BL,
     )
-    return jax.vmap(_turn_gae_row, in_axes=(0, 0, 0, 0, None, None))(
-        rewards_BL, values_BL, mask_BL, turn_end_BL, gamma, lam
+    bootstrap_B = _bootstrap(bootstrap_B, rewards_BL)
+    return jax.vmap(_turn_gae_row, in_axes=(0, 0, 0, 0, None, None, 0))(
+        rewards_BL, values_BL, mask_BL, turn_end_BL, gamma, lam, bootstrap_B
     )
 
 

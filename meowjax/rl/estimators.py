@@ -36,7 +36,10 @@ class EstimatorInputs(NamedTuple):
 
     Every field is always an array; fields an estimator does not read (`EstimatorSpec.needs`)
     are zeros (`make_inputs`). `state_key_BL` (int32): at each turn's last agent token
-    (`turn_end == 1`) the hash of the observation that turn acted in; ignored elsewhere."""
+    (`turn_end == 1`) the hash of the observation that turn acted in; ignored elsewhere.
+    `bootstrap_B`: the value after a row's last agent token (0 where the episode ended, the
+    critic's estimate where a turn budget cut it); read by the critic estimators, optional
+    (None = zeros) so that a tuple built without it keeps working."""
 
     rewards_BL: chex.Array
     mask_BL: chex.Array
@@ -45,6 +48,7 @@ class EstimatorInputs(NamedTuple):
     turn_end_BL: chex.Array
     group_ids_B: chex.Array
     state_key_BL: chex.Array
+    bootstrap_B: chex.Array | None = None
 
 
 _INT_FIELDS: Final[frozenset[str]] = frozenset({"group_ids_B", "state_key_BL"})
@@ -200,13 +204,15 @@ def compute_advantages(
 
 def _gae(x: EstimatorInputs, hp: Mapping[str, Any]):
     return advantages.token_gae(
-        x.rewards_BL, x.values_BL, x.mask_BL, gamma=hp["gamma"], lam=hp["lam"]
+        x.rewards_BL, x.values_BL, x.mask_BL, gamma=hp["gamma"], lam=hp["lam"],
+        bootstrap_B=x.bootstrap_B,
     )
 
 
 def _turn_gae(x: EstimatorInputs, hp: Mapping[str, Any]):
     return advantages.turn_gae(
-        x.rewards_BL, x.values_BL, x.mask_BL, x.turn_end_BL, gamma=hp["gamma"], lam=hp["lam"]
+        x.rewards_BL, x.values_BL, x.mask_BL, x.turn_end_BL, gamma=hp["gamma"], lam=hp["lam"],
+        bootstrap_B=x.bootstrap_B,
     )
 
 

@@ -38,7 +38,7 @@ from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
 from meowjax.runtime import checkpoint, console, host_memory, metrics_log, placement
-from meowjax.trainers import data, optim, steps
+from meowjax.trainers import data, optim, returns, steps
 
 SFT, RL, DONE = "sft", "rl", "done"
 # rl.loss_norm: "iteration" = every update step divides by the same number (a full minibatch's
@@ -60,6 +60,16 @@ def budgets_for(c: ml_collections.ConfigDict, n: int, rng: np.random.Generator) 
     if len(c.turns.budget_mix):
         return [int(b) for b in rng.choice(np.asarray(c.turns.budget_mix), size=n)]
     return [int(c.turns.max_turns)] * n
+
+
+def iteration_loss_norm(mask_EX: np.ndarray, num_rows: int, minibatch_rows: int,
+                        agg: str) -> np.float32:
+    """The one denominator of every update step of an RL iteration (rl.loss_norm="iteration"):
+    a full minibatch's worth of units (tokens / turns) of an average row, or of rows for the
+    sequence means. With each step's own count instead, the small last minibatch of an epoch
+    (its shortest rows) weighed each of its rows up to ~30x a row of a full one."""
+    units_per_row = float(np.sum(mask_EX)) / num_rows if agg == "token_mean" else 1.0
+    return np.float32(minibatch_rows * units_per_row)
 
 
 @jax.jit
@@ -406,27 +416,25 @@ class AgentTrainer(abc.ABC):
         for row, r, v in zip(rows, refl, vals):
             row.update(ref_logp=r, old_value=v)
         rewards, mask, turn_end, keys = self.matrices(eps, rows)
+        rewards = returns.with_turn_cost(rewards, mask, turn_end, c.rl.turn_cost)
         fold_kl = self.objective if self.needs_ref and not c.rl.kl_in_loss else None
         # Host arrays: `steps.advantages` takes them as they are (no per-shape eager converts).
         # The sampled log pi (checked against the trainer's by the first update minibatch).
         logp, ref_logp = ((self.layout(eps, rows, [r["old_logp"] for r in rows]),
                            self.layout(eps, rows, refl)) if fold_kl else (mask, mask))
+        values = self.layout(eps, rows, vals) if self.spec.needs_critic else None
+        bootstrap = (returns.truncation_bootstrap(values, mask, [e.truncated for e in eps])
+                     if values is not None and c.rl.bootstrap_truncated else None)
         inputs = estimators.make_inputs(
             np.asarray(rewards), np.asarray(mask), np.ones((len(eps),), np.float32),
-            values_BL=self.layout(eps, rows, vals) if self.spec.needs_critic else None,
-            turn_end_BL=np.asarray(turn_end), state_key_BL=np.asarray(keys),
-            group_ids_B=np.asarray([e.group_id for e in eps], np.int32))
+            values_BL=values, turn_end_BL=np.asarray(turn_end), state_key_BL=np.asarray(keys),
+            group_ids_B=np.asarray([e.group_id for e in eps], np.int32), bootstrap_B=bootstrap)
         adv, ret = jax.device_get(steps.advantages(
             inputs, logp, ref_logp, name=self.spec.name, hp=self.hp, fold_kl=fold_kl,
             whiten=c.rl.whiten_advantages))
         self.attach(eps, rows, adv, ret)
         if c.rl.loss_norm == "iteration":
-            # One denominator for every update step of the iteration: the minibatch size in
-            # units (tokens / turns) of an average row, or in rows for the sequence means. With
-            # each step's own count instead, the one small last minibatch of an epoch (its
-            # shortest rows) weighed each of its rows up to ~30x a row of a full one.
-            units_per_row = float(np.sum(mask)) / len(rows) if c.rl.agg == "token_mean" else 1.0
-            norm = np.float32(c.rl.minibatch_rows * units_per_row)
+            norm = iteration_loss_norm(mask, len(rows), c.rl.minibatch_rows, c.rl.agg)
             for row in rows:
                 row["loss_norm"] = norm
         t1 = time.time()
