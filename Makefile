@@ -4,6 +4,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/default
+# Test worker processes (pytest-xdist; whole files per worker). 0 runs in this process.
+TEST_WORKERS ?= 2
 CONFIG ?= configs/default.py
 
 .PHONY: setup run test
@@ -22,4 +24,4 @@ run: $(VENV)/.installed
 	$(PY) -m experiments.train --config=$(CONFIG) --workdir=$(WORKDIR)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests

@@ -24,6 +24,9 @@ INSTALL_REQUIRES = [
 
 TEST_REQUIRES = [
     "pytest>=8,<10",
+    # `make test` runs the suite on 2 worker processes (one file per worker: module fixtures
+    # are built once).
+    "pytest-xdist>=3.5,<4",
     "hypothesis>=6.100,<7",
     # Exactly this CPU build lies on every machine's disk; an unpinned torch pulls a CUDA build.
     "torch==2.13.0",
