@@ -8,13 +8,17 @@ reward, temperature 0.7, actor lr 1e-6, critic lr 1e-5) is meant for an accelera
 
     python -m experiments.train --config=configs/smollm2_textworld.py --workdir=runs/smollm2
     python -m experiments.train --config=configs/smollm2_textworld.py:full=True --workdir=...
+
+The `gpu=True` arg is the short run of the accelerator check (`benchmarks/gpu_rl_run.sh`): one
+GPU, bf16 compute, 64 demonstrations and 5 RL iterations of 64 episodes, greedy evaluation on 32
+validation games before and after RL; sized to finish in about four minutes on one H200.
 """
 
 from configs import common
 
 
 def get_config(arg=None):
-    arg = common.parse_arg(arg, smoke=False, full=False)
+    arg = common.parse_arg(arg, smoke=False, full=False, gpu=False)
     c = common.base_config()
     c.name = "smollm2_textworld"
     c.model.update(dict(init="smollm2", preset="smollm2-135m"))
@@ -39,6 +43,17 @@ def get_config(arg=None):
         c.sft.update(dict(epochs=2, batch_rows=8))
         c.turns.update(dict(max_turns=16, eval_max_turns=16))
         c.eval.update(dict(every_iters=10, num_samples=4))
+    if arg.gpu:
+        c.model.overrides = dict(dtype="bfloat16")   # fp32 parameters, bf16 matmuls
+        c.env.num_workers = 8
+        # One length bucket and no sampled evaluation: few programs to compile in a short run.
+        c.rollout.update(dict(length_buckets=(2048,), tasks_per_iter=16, group_size=4))
+        c.games.update(dict(num_train=64, num_sft=64, num_eval=32, num_eval_hard=0,
+                            eval_split="valid"))
+        c.budget.update(dict(total_episodes=960, sft_share=2 / 3))   # 64 demos, 5 x 64 RL
+        c.sft.update(dict(epochs=3, batch_rows=16, lr=5e-5, warmup_steps=2))
+        c.rl.update(dict(epochs=1, minibatch_rows=16))
+        c.checkpoint.update(dict(every_iters=1000, max_to_keep=1))
     if arg.smoke:
         c.games.update(dict(num_train=2, num_sft=2, num_eval=2))
         c.budget.update(dict(total_episodes=12, sft_share=0.5))   # 1 demo, 2 RL iterations x 4
