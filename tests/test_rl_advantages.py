@@ -46,12 +46,12 @@ def np_turn_gae(r_BL, v_BL, m_BL, te_BL, gamma, lam, boot_B=None):
     adv_BL = np.zeros(r_BL.shape)
     ret_BL = np.zeros(r_BL.shape)
     for b in range(r_BL.shape[0]):
-        turns, cur = [], []  # turns: (token indices, reward sum, value at end)
+        turns, cur = [], []  # turns: (token indices, reward sum, value at the first token)
         for t in range(r_BL.shape[1]):
             if m_BL[b, t] > 0:
                 cur.append(t)
                 if te_BL[b, t] > 0:
-                    turns.append((cur, sum(r_BL[b, i] for i in cur), v_BL[b, t]))
+                    turns.append((cur, sum(r_BL[b, i] for i in cur), v_BL[b, cur[0]]))
                     cur = []
         if not turns:
             continue
@@ -224,16 +224,16 @@ def test_turn_gae_matches_numpy(wrap):
 
 @pytest.mark.parametrize("wrap", MODES)
 def test_turn_gae_by_hand(wrap):
-    # Turn 0 = tokens 0..2 (reward 1, value 0.2 at its end), env token 3, turn 1 = tokens 4..5
-    # (reward 2, value 0.4). gamma 0.9, lam 0.8:
-    # A_1 = 2 - 0.4 = 1.6; A_0 = 1 + 0.9 * 0.4 - 0.2 + 0.9 * 0.8 * 1.6 = 2.312.
+    # Turn 0 = tokens 0..2 (reward 1; value 0.5 at its first token, the state it acts in), env
+    # token 3, turn 1 = tokens 4..5 (reward 2, value 0.3). gamma 0.9, lam 0.8:
+    # A_1 = 2 - 0.3 = 1.7; A_0 = 1 + 0.9 * 0.3 - 0.5 + 0.9 * 0.8 * 1.7 = 1.994.
     r = jnp.array([[0.0, 0.0, 1.0, 0.0, 0.0, 2.0, 5.0]])
     v = jnp.array([[0.5, 0.1, 0.2, 9.0, 0.3, 0.4, 3.0]])
     m = jnp.array([[1, 1, 1, 0, 1, 1, 1]])  # token 6: unfinished turn -> 0
     te = jnp.array([[0, 0, 1, 0, 0, 1, 0]])
     a, ret = wrap(functools.partial(adv.turn_gae, gamma=0.9, lam=0.8))(r, v, m, te)
-    np.testing.assert_allclose(a[0], [2.312, 2.312, 2.312, 0, 1.6, 1.6, 0], atol=1e-6)
-    np.testing.assert_allclose(ret[0], [2.512, 2.512, 2.512, 0, 2.0, 2.0, 0], atol=1e-6)
+    np.testing.assert_allclose(a[0], [1.994, 1.994, 1.994, 0, 1.7, 1.7, 0], atol=1e-6)
+    np.testing.assert_allclose(ret[0], [2.494, 2.494, 2.494, 0, 2.0, 2.0, 0], atol=1e-6)
 
 
 @SETTINGS

@@ -113,8 +113,11 @@ def _turn_gae_row(
     end_L = valid_L & (turn_end_L > 0)
     tid_L = turn_ids(end_L[None])[0]  # in [0, L-1]
     r_K = jax.ops.segment_sum(jnp.where(valid_L, rewards_L, 0).astype(dtype), tid_L, length)
-    v_K = jax.ops.segment_sum(jnp.where(end_L, values_L, 0).astype(dtype), tid_L, length)
+    # The turn's value is read at its first agent token: values_L[t] is the critic's value of
+    # the context before token t, so there it is the value of the state the turn acts in.
+    first_K = jax.ops.segment_min(jnp.where(valid_L, jnp.arange(length), length), tid_L, length)
     has_end_K = jax.ops.segment_sum(end_L.astype(jnp.int32), tid_L, length) > 0
+    v_K = jnp.where(has_end_K, values_L[jnp.clip(first_K, 0, length - 1)], 0).astype(dtype)
     adv_K, ret_K = _token_gae_row(r_K, v_K, has_end_K, gamma, lam, bootstrap)
     adv_L = jnp.where(valid_L, adv_K[tid_L], 0)
     ret_L = jnp.where(valid_L, ret_K[tid_L], 0)
@@ -135,9 +138,13 @@ def turn_gae(
 
     Turn `k` = the agent tokens after turn end `k-1` up to and including turn end `k` (a turn
     end is a token with `turn_end = 1` and `mask = 1`; `turn_end` on masked tokens is ignored).
-    Per turn: `V_k` = value at its end token, `r_k` = sum of rewards on its agent tokens (the
-    reward at its end when rewards sit at turn ends). Then over turns, with `A_K = 0` and
-    `V_K = bootstrap_b` (0 by default: the episode ended; a value where it was truncated):
+    Per turn: `V_k` = value at its first agent token, `r_k` = sum of rewards on its agent tokens
+    (the reward at its end when rewards sit at turn ends). `values_BL[t]` is the critic's value
+    of the context before token `t`, so `V_k` is the value of the state turn `k` acts in, V(s_k).
+    (Read at the turn's end token instead, it would have seen the action and estimate
+    Q(s_k, a_k): once the critic fits, every action's advantage would be ~0.) Then over turns,
+    with `A_K = 0` and `V_K = bootstrap_b` (0 by default: the episode ended; a value where it
+    was truncated):
 
         delta_k = r_k + gamma * V_{k+1} - V_k
         A_k     = delta_k + gamma * lam * A_{k+1},     R_k = A_k + V_k
@@ -145,7 +152,7 @@ def turn_gae(
     `A_k` and `R_k` are broadcast to every agent token of turn `k`; masked tokens get 0. Agent
     tokens after the last turn end (an unfinished turn) have no value and get 0, and their
     rewards are ignored. With one agent token per turn this equals `token_gae`. A critic trained
-    on these targets should use `mask * turn_end` as its loss mask (one value per turn).
+    on these targets may use every agent token of a turn (each gets `R_k`) or only its first.
 
     Returns:
       `(advantages_BL, returns_BL)`.
