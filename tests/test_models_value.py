@@ -29,8 +29,10 @@ def test_value_model_from_policy_and_fresh():
     tokens = np.array([[3, 4, 5, 6, 7], [0, 0, 9, 10, 11], [9, 10, 11, 0, 0]], np.int32)
     mask = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)
     pos = lm.positions_from_mask(jnp.asarray(mask))
-    params = dict(params, value_head={"kernel": params["value_head"]["kernel"],
-                                      "bias": jnp.array([0.25])})
+    # A fresh head is zero: V = 0 until the critic learns.
+    np.testing.assert_array_equal(_value_forward(params, CFG, tokens, pos, mask), 0.0)
+    kernel = 0.02 * jax.random.normal(jax.random.key(3), params["value_head"]["kernel"].shape)
+    params = dict(params, value_head={"kernel": kernel, "bias": jnp.array([0.25])})
     values = np.asarray(_value_forward(params, CFG, tokens, pos, mask))
     assert values.shape == (3, 5) and values.dtype == np.float32
     hidden = jax.jit(lm.hidden_states, static_argnums=1)(policy, CFG, tokens, pos, mask)
