@@ -7,11 +7,16 @@ object ("take coin"; with admissible commands there is one "take" per object in 
 budget of 2. Sparse reward: 1 on the winning turn. With admissible commands a uniform policy
 wins 1/2 * 1/5 = 0.1 of the time.
 
-The demonstration split ("sft") has goals that name no object ("Take anything from the
-chest."; any "take" wins) and observations that list the chest's contents: its walkthroughs
-teach the free-text command format (open, then "take <a name the observation lists>") and give
-the game-text tokenizer every name as one token, but not which object a named goal asks for;
-RL must teach a free-text policy to write "take coin", token by token.
+The demonstration split ("sft") has goals of the same form that name a random object unrelated
+to the one the walkthrough takes (any "take" wins there), and the same observations as the named
+games. Its walkthroughs teach the free-text command format (open, then "take <a name>") and give
+the game-text tokenizer every name as one token, but not which object a named goal asks for:
+they take each other name twice as often as a target (``DEMO_TAKES``), so a policy cloned from
+them writes "take coin" in about one sampled episode of 13 and greedily takes another name. RL
+must teach a free-text policy to write "take coin", token by token. (With demonstration goals of
+another form, "Take anything from the chest.", a named goal was out of distribution at turn 1:
+for some seeds the cloned policy wrote "take <name>" before opening the chest, and RL never
+saw a win.)
 
 TARGETS holds the names a goal can ask for. With one, the test is whether RL finds and
 reinforces an exact multi-turn command; with several, the policy must also read the goal
@@ -29,13 +34,15 @@ from meowjax.envs.registry import Family
 # (6 if hard). A demonstration's chest holds 4 of either.
 TARGETS = ("coin",)
 OTHERS = ("lamp", "apple", "book", "cup", "pen", "rock")
+# Demonstration i takes DEMO_TAKES[i % 13]: a target half as often as each other name.
+DEMO_TAKES = (*OTHERS, *TARGETS, *OTHERS)
 SPLIT_SEEDS = {"train": 10_000, "sft": 20_000, "valid": 30_000, "test": 40_000}
 INSTRUCTION = "Open the chest, then take the object your task names. Reply with one command."
 
 
 def chest_task(split: str, index: int, hard: bool = False) -> Task:
-    """A seeded chest: 4 objects (6 when hard); for "sft" a goal that names none and a
-    walkthrough that takes a random one of them."""
+    """A seeded chest: 4 objects (6 when hard); for "sft" a goal naming a random object and a
+    walkthrough that takes DEMO_TAKES's name for this index."""
     seed = SPLIT_SEEDS[split] + index + (5_000 if hard else 0)
     rng = np.random.default_rng(seed)
     named = split != "sft"
@@ -43,10 +50,13 @@ def chest_task(split: str, index: int, hard: bool = False) -> Task:
         others = rng.choice(OTHERS, size=(6 if hard else 4) - len(TARGETS), replace=False)
         contents = sorted([*TARGETS, *map(str, others)])
         target = TARGETS[int(rng.integers(len(TARGETS)))]
-    else:       # demonstrations take any object, each as often as the others
-        contents = sorted(map(str, rng.choice([*TARGETS, *OTHERS], size=4, replace=False)))
-        target = contents[int(rng.integers(4))]
-    meta = dict(target=target, contents=contents, named=named)
+    else:       # demonstrations: DEMO_TAKES's name and 3 others
+        target = DEMO_TAKES[index % len(DEMO_TAKES)]
+        rest = [o for o in (*TARGETS, *OTHERS) if o != target]
+        contents = sorted([target, *map(str, rng.choice(rest, size=3, replace=False))])
+    # A demonstration's goal names a random object, unrelated to the one its walkthrough takes.
+    goal_name = target if named else str(rng.choice([*TARGETS, *OTHERS]))
+    meta = dict(target=target, contents=contents, named=named, goal_name=goal_name)
     return Task(f"chest/{split}/{seed}", "", "chest", split, meta)
 
 
@@ -67,14 +77,14 @@ class ChestEnv:
     def _observation(self, feedback: str) -> str:
         if not self.opened:
             return f"{feedback} A closed chest is here."
-        if self.m["named"]:  # names only in the goal (and the admissible commands)
-            return f"{feedback} The chest is open."
-        return f"{feedback} The chest holds: {', '.join(self.m['contents'])}."
+        # The names are never listed: only the goal (and the admissible commands) name one, so
+        # the demonstrations' turn-2 observation is the named games' one.
+        return f"{feedback} The chest is open."
 
     def reset(self, task: Task, max_turns: int) -> ResetResult:
         self.m, self.opened, self.turn, self.done = dict(task.meta), False, 0, False
         self.max_turns = int(max_turns)
-        goal = f"Take the {self.m['target']}." if self.m["named"] else "Take anything from the chest."
+        goal = f"Take the {self.m['goal_name']}."
         return ResetResult(self._observation("You are in a small room."), goal, 1.0,
                            ["open chest", f"take {self.m['target']}"],
                            self._commands() if self.admissible else None,
