@@ -188,19 +188,21 @@ def main(argv=None) -> None:
     p.add_argument("--results", default="", help="append a Markdown table to this file")
     args = p.parse_args(argv)
     print(f"jax {jax.__version__} on {jax.devices()}")
-    table = []
+
+    def record(text: str) -> None:  # appended at once: a timeout keeps the rows before it
+        if args.results:
+            with open(args.results, "a", encoding="utf-8") as f:
+                f.write(text + "\n")
+
+    record("\n| preset | check | what | figures |\n| --- | --- | --- | --- |")
     sampled = (args.presets if args.sampler_presets is None else args.sampler_presets).split(",")
     for preset in args.presets.split(","):
-        rows = logit_checks(preset, args) + (sampler_checks(preset, args)
-                                             if preset in sampled else [])
-        for check, label, vals in rows:
-            line = ", ".join(f"{k} {v:.3g}" for k, v in vals.items())
-            print(f"{preset:14s} {check:7s} {label:46s} {line}", flush=True)
-            table.append(f"| {preset} | {check} | {label} | {line} |")
-    if args.results:
-        with open(args.results, "a", encoding="utf-8") as f:
-            f.write("\n| preset | check | what | figures |\n| --- | --- | --- | --- |\n")
-            f.write("\n".join(table) + "\n")
+        checks = [logit_checks] + ([sampler_checks] if preset in sampled else [])
+        for check_fn in checks:
+            for check, label, vals in check_fn(preset, args):
+                line = ", ".join(f"{k} {v:.3g}" for k, v in vals.items())
+                print(f"{preset:14s} {check:7s} {label:46s} {line}", flush=True)
+                record(f"| {preset} | {check} | {label} | {line} |")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@
 #     .gpu_part_a/  the GGUF's first 52,000,000 bytes     .gpu_part_b/  the rest
 #
 # Then, with the device tool (device time is counted from the first call):
-#   run(command="bash benchmarks/gpu_check.sh", carry=[".gpu_carry", ".gpu_part_a"], timeout_s=360)
+#   run(command="bash benchmarks/gpu_check.sh", carry=[".gpu_carry", ".gpu_part_a"], timeout_s=600)
 #   run(command="bash benchmarks/gpu_rl_run.sh", carry=[".gpu_carry", ".gpu_part_b"], timeout_s=420)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,4 +47,6 @@ GGUF=$($PY -c "from meowjax.models import gguf_io; print(gguf_io.find_smollm2_gg
 sha256sum "$GGUF" | cut -d' ' -f1 > .gpu_carry/smollm2.sha256
 head -c 52000000 "$GGUF" > .gpu_part_a/smollm2.gguf.part
 tail -c +52000001 "$GGUF" > .gpu_part_b/smollm2.gguf.part
+# The device's copy of the tree has no history of its own: the record names this commit.
+git describe --always --dirty > .gpu_carry/commit
 du -sh .gpu_carry .gpu_part_a .gpu_part_b

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The accelerator check, second call (about 6 minutes on one H200): the short free-text RL run of
+# The accelerator check, second call (3 minutes on one H200 at f478909): the short free-text RL run of
 # SmolLM2-135M-Instruct on TextWorld w2-o3-q4 (benchmarks/gpu_rl_run.py).
 #
 # Run right after benchmarks/gpu_check.sh, on the same warm machine (it left the GGUF's first
@@ -40,7 +40,7 @@ else
     exit 2
   fi
 fi
-{ echo "## GPU RL run, $(date -u +%F), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+{ echo "## GPU RL run, $(date -u +%F), commit $(cat .gpu_carry/commit 2>/dev/null || echo '?')"
   echo "\`python -m benchmarks.gpu_rl_run --gguf=$GGUF --games=$GAMES ${ARGS[*]}\`"
 } >> "$RESULTS"
 # SIGTERM at the limit: the trainer saves and stops, and the summary still prints.
