@@ -105,6 +105,27 @@ def test_one_norm_guard_compiles_one_norm():
     assert sqrts == {True: 1, False: 2}, sqrts
 
 
+@pytest.mark.parametrize("one_norm", [True, False])
+def test_zero_gradient_step_changes_nothing(one_norm):
+    """After real steps, an exactly-zero gradient leaves weights and moments as they were; plain
+    AdamW (the inner transformation) would move the weights along its momentum."""
+    params = {"w": jnp.full((3, 2), 0.5, jnp.float32), "b": jnp.zeros((2,), jnp.float32)}
+    opt = optim.make_optimizer(1e-2, warmup_steps=1, total_steps=10, grad_clip=1.0)
+    if not one_norm:
+        opt = opt._replace(grad_clip=None, tail=None)
+    state = opt.init(params)
+    for b in _batches(3, ()):
+        grads = jax.grad(lambda p: _loss(p, b)[0])(params)
+        params, state = optim.apply_gradients(opt, grads, state, params)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    new_params, new_state = optim.apply_gradients(opt, zeros, state, params)
+    for got, ref in zip(jax.tree.leaves((new_params, new_state)), jax.tree.leaves((params, state))):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+    assert int(new_state.total_notfinite) == 0
+    drift, _ = opt.inner.update(zeros, state.inner_state, params)
+    assert np.abs(np.asarray(drift["w"])).max() > 1e-3   # what the skip prevents
+
+
 def test_plain_optax_transformations_still_apply():
     """A transformation without the guard takes the plain update + apply_updates path."""
     params = {"w": jnp.ones((3, 2), jnp.float32), "b": jnp.zeros((2,), jnp.float32)}

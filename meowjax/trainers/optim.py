@@ -61,7 +61,8 @@ def make_optimizer(lr: float, *, warmup_steps: int, total_steps: int, grad_clip:
     """AdamW on ``lr_schedule`` (linear warmup, then cosine decay to 10% or constant),
     global-norm clipping, and a non-finite guard (``optax.apply_if_finite`` semantics): a step
     whose gradients hold NaN/inf is skipped (weights and moments unchanged) and counted in the
-    state's ``total_notfinite``."""
+    state's ``total_notfinite``. A step whose gradient is exactly zero is skipped too (not
+    counted): see ``guarded_apply``."""
     schedule = lr_schedule(lr, warmup_steps=warmup_steps, total_steps=total_steps,
                            kind=schedule_kind)
     tail = optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=weight_decay)
@@ -83,10 +84,17 @@ def guarded_apply(optimizer: GuardedOptimizer, grads, opt_state: optax.ApplyIfFi
     """(new params, new state) of one guarded step, as ``apply_if_finite`` + ``apply_updates``:
 
         finite = all(isfinite(grads));  n = 0 if finite else n + 1
-        (params, inner) <- (params + inner.update(grads)) if finite or n > max_errors
+        (params, inner) <- (params + inner.update(grads)) if (finite and g != 0) or n > max_errors
                            else unchanged
 
     with the branch taken by one ``lax.cond`` over the parameters and the inner state.
+
+    A gradient that is exactly zero carries no information (an RL minibatch whose advantages
+    and other loss terms are all zero, e.g. groups that all won under RLOO), but Adam would
+    still move every weight along its stale momentum, normalised by the second moment to about
+    lr per step whatever the gradients' scale; over an all-win iteration of a from-scratch
+    scoring model that drift took success from 1.0 to 0.0. Such a step leaves weights and
+    moments unchanged.
 
     With ``optimizer.tail`` (inner = clip + tail) the guard is ``finite = isfinite(||g||_2)``
     and the clip reuses that norm. The two guards differ only when every gradient is finite
@@ -95,8 +103,10 @@ def guarded_apply(optimizer: GuardedOptimizer, grads, opt_state: optax.ApplyIfFi
     if optimizer.tail is not None:
         norm = optax.tree.norm(grads)
         finite = jnp.isfinite(norm)
+        nonzero = norm > 0
     else:
         finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+        nonzero = jnp.any(jnp.array([jnp.any(g != 0) for g in jax.tree.leaves(grads)]))
     count = jnp.where(finite, jnp.zeros([], jnp.int32),
                       optax.safe_increment(opt_state.notfinite_count))
 
@@ -111,7 +121,8 @@ def guarded_apply(optimizer: GuardedOptimizer, grads, opt_state: optax.ApplyIfFi
             new_inner = (clip_state, tail_state)
         return optax.apply_updates(p, updates), new_inner
 
-    new_params, new_inner = jax.lax.cond(finite | (count > optimizer.max_consecutive_errors),
+    new_params, new_inner = jax.lax.cond((finite & nonzero)
+                                         | (count > optimizer.max_consecutive_errors),
                                          apply, lambda args: args,
                                          (params, opt_state.inner_state))
     total = jnp.where(finite, opt_state.total_notfinite,
