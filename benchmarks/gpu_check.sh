@@ -14,12 +14,7 @@
 # Dry run of the plumbing on a CPU (tiny preset, small shapes):  GPU_CHECK_TINY=1 bash $0
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-python3}
-if [[ -f .gpu_carry/site.tar.xz ]]; then
-  mkdir -p /tmp/gpu_site && tar -C /tmp/gpu_site -xJf .gpu_carry/site.tar.xz
-  export PYTHONPATH=/tmp/gpu_site/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+source benchmarks/gpu_env.sh
 export XLA_PYTHON_CLIENT_PREALLOCATE=false   # torch shares the GPU in the same run
 RESULTS=${OUT:-/tmp}/gpu_check.md; mkdir -p "$(dirname "$RESULTS")"
 

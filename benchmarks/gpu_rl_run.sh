@@ -9,12 +9,7 @@
 # Dry run on a CPU (the wheel's GGUF, a 2-iteration smoke run):  GPU_CHECK_TINY=1 bash $0
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-python3}
-if [[ -f .gpu_carry/site.tar.xz ]]; then
-  mkdir -p /tmp/gpu_site && tar -C /tmp/gpu_site -xJf .gpu_carry/site.tar.xz
-  export PYTHONPATH=/tmp/gpu_site/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+source benchmarks/gpu_env.sh
 GAMES=data/gpu_games   # the cache benchmarks/gpu_prepare.sh fills (here it is already there)
 if [[ -f .gpu_carry/games.tar.xz && ! -d $GAMES ]]; then
   mkdir -p /tmp/gpu_games && tar -C /tmp/gpu_games -xJf .gpu_carry/games.tar.xz
