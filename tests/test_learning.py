@@ -14,9 +14,11 @@ success must be above 0.8, and at the start of RL below 0.3:
   goal>" token by token. The start is greedy (the cloned policy takes another name).
 
 All ten runs share one model size, row shapes and the suite's persistent XLA cache, so later runs
-load the programs earlier ones compiled. ``pytest -k learn`` selects them.
+load the programs earlier ones compiled. ``pytest -k learn`` selects them; the suite runs seed 0,
+``MEOWJAX_LEARN_SEED=1 pytest -k learn`` another seed.
 """
 import json
+import os
 
 import pytest
 
@@ -36,6 +38,7 @@ def learning_config(interface: str, estimator: str, games_dir: str, *, rl_iters:
     c = default.get_config("smoke=True")
     c.unlock()
     c.name = f"learn_{interface}_{estimator}"
+    c.seed = int(os.environ.get("MEOWJAX_LEARN_SEED", "0"))
     c.model.vocab_size = 1024   # whole words: every object name is one token
     c.env.update(dict(family="chest", reward_mode="sparse", num_workers=0))
     c.games.update(dict(cache_dir=games_dir, num_train=256, num_sft=max(sft_demos, 32),
