@@ -328,3 +328,23 @@ def test_time_interleaved_alternates_the_sides_with_their_own_syncs_and_keeps_ea
                                    syncs={name: synced.append for name in names})
     assert calls == ["torch", "ours"] * 3 and synced == calls
     assert set(best) == {"torch", "ours"} and all(0 <= s < 1 for s in best.values())
+
+
+@pytest.mark.slow
+def test_gpu_correctness_tiny_on_cpu_reports_parity(tmp_path):
+    """The accelerator check's correctness script on the CPU: fp32 logits equal transformers',
+    fp32 greedy decode equals the full forward's argmax, and every check writes its row."""
+    from benchmarks import gpu_correctness
+
+    results_md = tmp_path / "gpu.md"
+    gpu_correctness.main(["--presets=tiny", "--device=cpu", "--batch=2", "--length=32",
+                          "--sample_batch=2", "--prompt_len=16", "--new_tokens=8",
+                          f"--results={results_md}"])
+    rows = {line.split(" | ")[2]: line for line in results_md.read_text().splitlines()
+            if line.startswith("| tiny |")}
+    assert len(rows) == 8, rows
+    fp32 = rows["ours fp32 (precision highest) vs torch fp32"]
+    assert float(fp32.split("rel ")[1].split(",")[0]) < 1e-5, fp32
+    assert "share 1, rows_identical 1" in rows["float32: decode == full-forward argmax"]
+    gap = rows["bf16: sampler vs trainer recompute"]
+    assert float(gap.split("max ")[1].split(",")[0]) < 0.05, gap
