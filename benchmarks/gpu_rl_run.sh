@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The accelerator check, second call (3 minutes on one H200 at f478909): the short free-text RL run of
-# SmolLM2-135M-Instruct on TextWorld w2-o3-q4 (benchmarks/gpu_rl_run.py).
+# The accelerator check, second call (3 minutes on one H200 at f478909): the short free-text RL
+# run of SmolLM2-135M-Instruct on TextWorld w2-o3-q4 (benchmarks/gpu_rl_run.py).
 #
 # Run right after benchmarks/gpu_check.sh, on the same warm machine (it left the GGUF's first
 # part there):  run(command="bash benchmarks/gpu_rl_run.sh", carry=[".gpu_carry", ".gpu_part_b"],
