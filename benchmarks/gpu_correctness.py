@@ -122,26 +122,39 @@ def logit_checks(preset: str, args) -> list[tuple[str, str, dict]]:
                  compare(our_logits(cfg32, params, tokens, pos, mask, "highest")[real], ref32)))
     cfg16 = cfg32.replace(dtype="bfloat16", param_dtype="bfloat16")
     p16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
-    rows.append(("logits", "ours bf16 vs torch fp32",
-                 compare(our_logits(cfg16, p16, tokens, pos, mask)[real], ref32)))
-    rows.append(("logits", "ours bf16 vs torch bf16",
-                 compare(our_logits(cfg16, p16, tokens, pos, mask)[real], ref16)))
+    ours16 = our_logits(cfg16, p16, tokens, pos, mask)[real]
+    rows.append(("logits", "ours bf16 vs torch fp32", compare(ours16, ref32)))
+    rows.append(("logits", "ours bf16 vs torch bf16", compare(ours16, ref16)))
     return rows
 
 
-def full_forward_rows(cfg, params, prompts_BP: np.ndarray, gen_BT: np.ndarray,
-                      temperature: float = 1.0):
-    """(argmax_BT, logp_BT) of the trainer's full forward over prompt + generated tokens."""
+def trainer_logp(cfg, params, prompts_BP: np.ndarray, gen_BT: np.ndarray,
+                 temperature: float = 1.0) -> np.ndarray:
+    """logp_BT of the generated tokens as the trainer recomputes them: one full forward over
+    prompt + generated tokens (`text_steps.token_terms`, no padding)."""
     tokens = np.concatenate([prompts_BP, gen_BT], axis=1).astype(np.int32)
-    batch = dict(tokens=jnp.asarray(tokens), mask=jnp.ones_like(jnp.asarray(tokens)))
+    batch = dict(tokens=jnp.asarray(tokens), mask=jnp.ones(tokens.shape, jnp.int32))
     terms = jax.jit(lambda p, b: text_steps.token_terms(p, cfg, b, temperature))
     logp_BL, _ = terms(params, batch)
-    fwd = jax.jit(lm.forward, static_argnums=1)
-    pos = lm.positions_from_mask(batch["mask"])
-    argmax_BL = np.asarray(jnp.argmax(fwd(params, cfg, batch["tokens"], pos, batch["mask"]), -1))
-    P = prompts_BP.shape[1]
-    # logp_BL[:, t] scores tokens[:, t] from position t - 1; argmax at t - 1 predicts t.
-    return argmax_BL[:, P - 1:-1], np.asarray(logp_BL)[:, P:]
+    # logp_BL[:, t] scores tokens[:, t] from position t - 1.
+    return np.asarray(logp_BL)[:, prompts_BP.shape[1]:]
+
+
+def forward_argmax(cfg, params, prompts_BP: np.ndarray, gen_BT: np.ndarray) -> np.ndarray:
+    """argmax_BT of the full forward over prompt + generated tokens at the positions that
+    predict the generated ones."""
+    tokens = jnp.asarray(np.concatenate([prompts_BP, gen_BT], axis=1).astype(np.int32))
+    mask = jnp.ones(tokens.shape, jnp.int32)
+    logits = jax.jit(lm.forward, static_argnums=1)(params, cfg, tokens,
+                                                   lm.positions_from_mask(mask), mask)
+    return np.asarray(jnp.argmax(logits, -1))[:, prompts_BP.shape[1] - 1:-1]
+
+
+def gap_stats(sampler_logp: np.ndarray, recomputed_logp: np.ndarray) -> dict[str, float]:
+    """mean / max of |sampler - recomputed| and the share of tokens with a gap above 0.1."""
+    gap = np.abs(sampler_logp - recomputed_logp)
+    return dict(mean=float(gap.mean()), max=float(gap.max()),
+                share_gt_0_1=float(np.mean(gap > 0.1)))
 
 
 def sampler_checks(preset: str, args) -> list[tuple[str, str, dict]]:
@@ -155,8 +168,7 @@ def sampler_checks(preset: str, args) -> list[tuple[str, str, dict]]:
         sampler = Sampler(cfg, prompt_buckets=(P,), batch_buckets=(B,), max_new_tokens=T)
         greedy = sampler.generate(params, prompts.tolist(), jax.random.key(0), greedy=True,
                                   stop_ids=())
-        argmax_BT, _ = full_forward_rows(cfg, params, prompts, greedy.tokens_BT)
-        same = greedy.tokens_BT == argmax_BT
+        same = greedy.tokens_BT == forward_argmax(cfg, params, prompts, greedy.tokens_BT)
         first = [int(np.argmin(r)) if not r.all() else T for r in same]
         rows.append(("greedy", f"{dtype}: decode == full-forward argmax",
                      dict(share=float(same.mean()), rows_identical=float(np.mean(same.all(1))),
@@ -165,11 +177,9 @@ def sampler_checks(preset: str, args) -> list[tuple[str, str, dict]]:
             continue
         sampled = sampler.generate(params, prompts.tolist(), jax.random.key(1), temperature=1.0,
                                    stop_ids=())
-        _, logp_BT = full_forward_rows(cfg, params, prompts, sampled.tokens_BT)
-        gap = np.abs(sampled.logp_BT - logp_BT)
+        logp_BT = trainer_logp(cfg, params, prompts, sampled.tokens_BT)
         rows.append(("logp", "bf16: sampler vs trainer recompute",
-                     dict(mean=float(gap.mean()), max=float(gap.max()),
-                          share_gt_0_1=float(np.mean(gap > 0.1)),
+                     dict(**gap_stats(sampled.logp_BT, logp_BT),
                           mean_logp=float(logp_BT.mean()))))
     return rows
 

