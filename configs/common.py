@@ -71,8 +71,14 @@ def base_config() -> ml_collections.ConfigDict:
         interface="score", window=placeholder(int), history=False, max_cands=48,
         score_norm="sum", temperature=1.0, eval_temperature=placeholder(float),
         max_action_tokens=12))
+    # rollout.task_order: "stream" walks seeded permutations of the RL pool (no task repeats
+    # until the pool is used up; games.num_train >= iterations * tasks_per_iter: none in the
+    # run), "sample" draws each iteration's tasks independently (repeats at random).
+    # rollout.rename_prob: the share of RL tasks played with fresh entity names (TextWorld: the
+    # game is unchanged, the agent reads and writes other names; see textworld_augment).
     c.rollout = ml_collections.ConfigDict(dict(
-        length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4))
+        length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4,
+        task_order="sample", rename_prob=0.0))
 
     # SFT -> RL under one budget: an SFT demonstration costs sft_demo_cost RL episodes.
     # sft.lm_coef / rl.lm_coef: weight of an auxiliary next-token loss on the prompt text

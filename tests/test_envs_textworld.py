@@ -1,6 +1,7 @@
 """TextWorldEnv and game generation on real generated games (2 custom w2-o3-q4 + 1 tw-simple)."""
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -295,3 +296,44 @@ def test_failed_seeds_are_skipped_and_refilled(tmp_path, monkeypatch):
     with pytest.raises(EnvError, match="ran out of seeds"):
         generate_games(GameSetSpec(kind="custom", split="test", num_games=60), str(tmp_path),
                        workers=1)
+
+
+def test_renamed_task_shows_new_names_and_wins_with_them(tw_games):
+    """``task.meta["rename"]``: the agent reads and writes fresh entity names; the game (and the
+    process reward's plan matching) runs unchanged underneath."""
+    import numpy as np
+
+    from meowjax.envs import textworld_augment
+    from meowjax.envs.process_reward import ProcessRewardEnv
+
+    custom, _ = tw_games
+    task = custom[0]
+    rename = textworld_augment.task_renamer(custom)
+    renamed = rename(task, np.random.default_rng(0))
+    mapping = renamed.meta["rename"]
+    assert mapping and "rename" not in task.meta
+    plain, env = TextWorldEnv(admissible=True, compact=True), TextWorldEnv(admissible=True,
+                                                                          compact=True)
+    orig, first = plain.reset(task, 30), env.reset(renamed, 30)
+    show = textworld_augment.renamer(mapping)
+    assert first.objective == show(orig.objective) != orig.objective
+    assert first.walkthrough == [show(a) for a in orig.walkthrough] != orig.walkthrough
+    assert first.admissible == sorted({show(a) for a in orig.admissible})
+    # The other game's names replace this game's: no old name is left in what the agent reads.
+    old = [n for n in mapping if n not in {v.lower() for v in mapping.values()}]
+    text = (first.objective + first.observation + " ".join(first.walkthrough)).lower()
+    assert old and not [n for n in old if re.search(rf"\b{re.escape(n)}\b", text)]
+    for new_action, old_action in zip(first.walkthrough, orig.walkthrough):
+        a, b = env.step(new_action), plain.step(old_action)
+        assert (a.observation, a.reward, a.won) == (show(b.observation), b.reward, b.won)
+        assert a.info["command"] == show(b.info["command"])
+    assert a.won
+    # Process reward (prefix matching of the renamed walkthrough) pays the plan as usual.
+    for replan in (True, False):
+        pr = ProcessRewardEnv(replan=replan, admissible=True)
+        start = pr.reset(renamed, 30)
+        steps = [pr.step(a) for a in start.walkthrough]
+        assert steps[-1].won and sum(s.info["process_reward"] for s in steps) == pytest.approx(1.0)
+        pr.close()
+    plain.close()
+    env.close()

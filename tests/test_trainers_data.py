@@ -103,3 +103,56 @@ def test_difficulty_names_follow_the_env_family():
     assert data.difficulty_name(c, True) == "ALFWorld valid_unseen"
     c.games.eval_split = "valid"
     assert data.difficulty_name(c, False) == "ALFWorld valid_seen"
+
+
+def test_stream_task_order_repeats_no_task_until_the_pool_is_used():
+    pool = [f"g{i}" for i in range(20)]
+    drawn = [data.iteration_tasks(pool, it, 4, 0, "stream", None) for it in range(5)]
+    flat = [t for tasks in drawn for t in tasks]
+    assert sorted(flat) == sorted(pool)  # 5 iterations x 4 = the whole pool, each task once
+    assert flat != pool  # a permutation, not the pool's order
+    # A pool of 10 for 4 per iteration: 2 iterations per pass (2 tasks of each pass unused);
+    # within an iteration tasks are distinct, and a pass never repeats a task.
+    small = pool[:10]
+    for it in range(12):
+        tasks = data.iteration_tasks(small, it, 4, 0, "stream", None)
+        assert len(set(tasks)) == 4
+    for p in range(6):
+        pass_tasks = [t for it in (2 * p, 2 * p + 1)
+                      for t in data.iteration_tasks(small, it, 4, 0, "stream", None)]
+        assert len(set(pass_tasks)) == 8
+    # Another seed, another order; the same seed, the same order (resume replays it).
+    assert data.iteration_tasks(pool, 0, 4, 1, "stream", None) != drawn[0]
+    assert data.iteration_tasks(pool, 3, 4, 0, "stream", None) == drawn[3]
+    # "sample": independent draws from the given generator, as before the stream order.
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+    assert data.iteration_tasks(pool, 0, 4, 0, "sample", rng_a) == list(
+        rng_b.choice(pool, size=4, replace=False))
+    with pytest.raises(ValueError, match="rollout.task_order"):
+        data.iteration_tasks(pool, 0, 4, 0, "shuffled", None)
+    with pytest.raises(ValueError, match="exceeds the RL pool"):
+        data.iteration_tasks(pool[:3], 0, 4, 0, "stream", None)
+
+
+def test_rename_prob_renames_that_share_of_rl_tasks(tiny_games_dir):
+    c = tiny_config(tiny_games_dir)
+    c.unlock()
+    c.games.update(dict(num_train=3, num_sft=2))
+    sets = data.game_sets(c)
+    assert data.task_renamer(c, sets)(sets["train"], None) == sets["train"]  # rename_prob = 0
+    c.rollout.rename_prob = 0.5
+    rename = data.task_renamer(c, sets)
+    rng = np.random.default_rng(0)
+    drawn = [t for _ in range(40) for t in rename(sets["train"], rng)]
+    share = np.mean(["rename" in t.meta for t in drawn])
+    assert 0.35 < share < 0.65
+    # A renamed task keeps its game and id (group baselines, per-game logs); only names change.
+    one = next(t for t in drawn if "rename" in t.meta)
+    assert one.task_id in {t.task_id for t in sets["train"]} and one.meta["rename"]
+    c.rollout.rename_prob = 1.5
+    with pytest.raises(ValueError, match="rename_prob"):
+        data.task_renamer(c, sets)
+    c.rollout.rename_prob = 1.0
+    c.env.family = "swe"
+    with pytest.raises(ValueError, match="cannot rename"):
+        data.task_renamer(c, sets)

@@ -67,7 +67,8 @@ TEXTWORLD = Family(
     name="textworld", env="meowjax.envs.textworld_env:TextWorldEnv",
     env_kwargs=textworld_env_kwargs, task_sets=textworld_task_sets,
     difficulty_name=textworld_difficulty_name, rl_pool=textworld_rl_pool,
-    augment=textworld_augment.augment_experts, harder_rl_pool=True)
+    augment=textworld_augment.augment_experts, harder_rl_pool=True,
+    renamer=textworld_augment.task_renamer)
 
 
 # -- ALFWorld ------------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ class Family:
     augment: (expert trajectories, their tasks, copies, numpy rng) -> extra trajectories; None =
       no augmentation.
     harder_rl_pool: whether task_sets mixes ``games.num_train_hard`` harder tasks into "train".
+    renamer: (tasks) -> ((task, numpy rng) -> task whose episodes show fresh entity names drawn
+      from those tasks' names); None = the family cannot rename (``rollout.rename_prob`` > 0 is
+      refused).
     """
 
     name: str
@@ -82,6 +85,7 @@ class Family:
     system_prompt: str | None = None
     augment: Callable[..., list[dict[str, Any]]] | None = None
     harder_rl_pool: bool = False
+    renamer: Callable[[list[Task]], Callable[[Task, Any], Task]] | None = None
 
     def __post_init__(self):
         if not isinstance(self.env, str):  # a class: stored by import path (picklable, lazy)

@@ -8,10 +8,11 @@ copy skill. Names come from the game's .json (textworld's `infos`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Callable
 
 from meowjax.envs.base import Task
 
@@ -30,22 +31,57 @@ def entity_names(task: Task) -> dict[str, list[str]]:
     return out
 
 
+def renamer(mapping: dict[str, str]) -> Callable[[str], str]:
+    """text -> text with every name in ``mapping`` (lower-cased keys) replaced, whole words,
+    longest first, in one pass; a capitalised name stays capitalised. Identity if empty."""
+    if not mapping:
+        return lambda text: text
+    keys = sorted(mapping, key=len, reverse=True)
+    pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in keys) + r")\b", re.IGNORECASE)
+
+    def repl(m):
+        new = mapping.get(m.group(0).lower(), m.group(0))
+        return new.capitalize() if m.group(0)[:1].isupper() else new
+
+    return lambda text: pattern.sub(repl, text)
+
+
 def rename_trajectory(ex: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
     """The trajectory with every name in ``mapping`` replaced (longest first, one pass)."""
     if not mapping:
         return ex
-    keys = sorted(mapping, key=len, reverse=True)
-    pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in keys) + r")\b", re.IGNORECASE)
-
-    def sub(text: str) -> str:
-        def repl(m):
-            new = mapping[m.group(0).lower()] if m.group(0).lower() in mapping else m.group(0)
-            return new.capitalize() if m.group(0)[:1].isupper() else new
-        return pattern.sub(repl, text)
-
+    sub = renamer(mapping)
     return dict(objective=sub(ex["objective"]), observations=[sub(o) for o in ex["observations"]],
                 actions=[sub(a) for a in ex["actions"]], rewards=list(ex["rewards"]),
                 admissible=[[sub(a) for a in cmds] for cmds in ex["admissible"]])
+
+
+def name_pool(per_game: list[dict[str, list[str]]]) -> dict[str, list[str]]:
+    """{entity type: distinct names over all games}, in first-seen order."""
+    pool: dict[str, list[str]] = {}
+    for names in per_game:
+        for kind, ns in names.items():
+            pool.setdefault(kind, []).extend(n for n in ns if n not in pool.get(kind, []))
+    return pool
+
+
+def draw_mapping(names: dict[str, list[str]], pool: dict[str, list[str]], rng: Any, *,
+                 invertible: bool = False) -> dict[str, str]:
+    """{old name (lower-cased): new name}: each entity of one game gets a distinct name of its
+    type from ``pool`` that the game does not use for that type; ``invertible``: for no type,
+    so the mapping can be inverted on the agent's commands."""
+    every = {n.lower() for ns in names.values() for n in ns}
+    mapping, used = {}, set()
+    for kind, ns in names.items():
+        choices = [n for n in pool.get(kind, [])
+                   if (n.lower() not in every if invertible else n not in ns)]
+        for n in ns:
+            free = [c for c in choices if c not in used]
+            if free:
+                new = free[rng.integers(len(free))]
+                used.add(new)
+                mapping[n.lower()] = new
+    return mapping
 
 
 def augment_experts(expert: list[dict[str, Any]], tasks: list[Task], copies: int,
@@ -54,21 +90,23 @@ def augment_experts(expert: list[dict[str, Any]], tasks: list[Task], copies: int
     if copies <= 0:
         return []
     per_game = [entity_names(t) for t in tasks]
-    pool: dict[str, list[str]] = {}
-    for names in per_game:
-        for kind, ns in names.items():
-            pool.setdefault(kind, []).extend(n for n in ns if n not in pool.get(kind, []))
-    out = []
-    for ex, names in zip(expert, per_game):
-        for _ in range(copies):
-            mapping, used = {}, set()
-            for kind, ns in names.items():
-                choices = [n for n in pool[kind] if n not in ns]
-                for n in ns:
-                    free = [c for c in choices if c not in used]
-                    if free:
-                        new = free[rng.integers(len(free))]
-                        used.add(new)
-                        mapping[n.lower()] = new
-            out.append(rename_trajectory(ex, mapping))
-    return out
+    pool = name_pool(per_game)
+    return [rename_trajectory(ex, draw_mapping(names, pool, rng))
+            for ex, names in zip(expert, per_game) for _ in range(copies)]
+
+
+def task_renamer(tasks: list[Task]) -> Callable[[Task, Any], Task]:
+    """(task, numpy rng) -> the task with fresh entity names for its episodes.
+
+    The names come from the pool of ``tasks``; the mapping rides in ``task.meta["rename"]``,
+    which ``TextWorldEnv`` applies to everything the agent reads (objective, observations,
+    admissible commands, walkthrough) and inverts on the agent's commands. The game itself is
+    unchanged, so one generated game yields many surface forms during RL.
+    """
+    pool = name_pool([entity_names(t) for t in tasks])
+
+    def rename(task: Task, rng: Any) -> Task:
+        mapping = draw_mapping(entity_names(task), pool, rng, invertible=True)
+        return dataclasses.replace(task, meta={**task.meta, "rename": mapping})
+
+    return rename

@@ -40,10 +40,11 @@ import json
 import os
 import re
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import textworld
 
+from meowjax.envs import textworld_augment
 from meowjax.envs.base import EnvError, ResetResult, StepResult, Task
 
 MAX_ACTION_CHARS = 190  # jericho truncates (with a warning) at 198 bytes
@@ -138,6 +139,20 @@ def check_game_file(path: str) -> None:
         raise EnvError(f"Corrupt TextWorld game metadata {json_path}: {e}. {fix}") from e
 
 
+def _identity(text: str) -> str:
+    return text
+
+
+def names_view(mapping: dict[str, str] | None) -> tuple[Callable[[str], str], Callable[[str], str]]:
+    """(show, unshow) for a task's entity renaming (``task.meta["rename"]``, drawn by
+    ``textworld_augment.task_renamer``): show maps the game's names to the ones the agent sees,
+    unshow maps the agent's command back before the game parses it."""
+    if not mapping:
+        return _identity, _identity
+    inverse = {new.lower(): old for old, new in mapping.items()}
+    return textworld_augment.renamer(mapping), textworld_augment.renamer(inverse)
+
+
 class TextWorldEnv:
     """One TextWorld game at a time; reusable across ``reset`` calls (see module doc)."""
 
@@ -166,6 +181,7 @@ class TextWorldEnv:
         self._description = ""
         self._inventory = ""
         self._last_admissible: list[str] | None = None
+        self._show, self._unshow = _identity, _identity
 
     # -- episode ----------------------------------------------------------------------------
     def reset(self, task: Task, max_turns: int) -> ResetResult:
@@ -183,6 +199,7 @@ class TextWorldEnv:
                                "with experiments/make_games.py.") from e
             self._path = task.path
         state = self._env.reset()
+        self._show, self._unshow = names_view(task.meta.get("rename"))
         self._done, self._turn, self._max_turns = False, 0, int(max_turns)
         self._score = float(state.get("score") or 0)
         self._moves = int(state.get("moves") or 0)
@@ -190,10 +207,10 @@ class TextWorldEnv:
         self._inventory = clean_feedback(state.get("inventory"))
         walkthrough = state.get("extra.walkthrough")
         return ResetResult(
-            observation=self._reset_observation(state),
-            objective=clean_feedback(state.get("objective")),
+            observation=self._show(self._reset_observation(state)),
+            objective=self._show(clean_feedback(state.get("objective"))),
             max_score=float(state.get("max_score") or 0),
-            walkthrough=list(walkthrough) if walkthrough is not None else None,
+            walkthrough=[self._show(a) for a in walkthrough] if walkthrough is not None else None,
             admissible=self._admissible(state),
             info={"score": self._score, "turn": 0, "task_id": task.task_id})
 
@@ -205,7 +222,7 @@ class TextWorldEnv:
                               {"score": self._score, "turn": self._turn, "invalid": True,
                                "truncated": False, "after_end": True,
                                "admissible": [] if self.admissible else None})
-        command = sanitize_action(action)
+        command = self._unshow(sanitize_action(action))
         self._turn += 1
         words = command.split()
         if words and words[0] in META_COMMANDS:
@@ -229,10 +246,11 @@ class TextWorldEnv:
         truncated = self._turn >= self._max_turns and not (won or lost)
         self._done = won or lost or truncated
         info = {"score": score, "turn": self._turn, "invalid": invalid, "truncated": truncated,
-                "lost": lost, "command": command,
+                "lost": lost, "command": self._show(command),
                 "admissible": self._admissible(state) if state is not None else
                 self._last_admissible}
-        return StepResult(self._step_observation(feedback), float(reward), self._done, won, info)
+        return StepResult(self._show(self._step_observation(feedback)), float(reward), self._done,
+                          won, info)
 
     def close(self) -> None:
         if self._env is not None:
@@ -245,7 +263,8 @@ class TextWorldEnv:
     def _admissible(self, state) -> list[str] | None:
         if not self.admissible:
             return None
-        self._last_admissible = sorted(set(state.get("admissible_commands") or []))
+        self._last_admissible = sorted({self._show(a)
+                                        for a in state.get("admissible_commands") or []})
         return self._last_admissible
 
     def _reset_observation(self, state) -> str:

@@ -46,6 +46,59 @@ def budget_plan(c: ml_collections.ConfigDict) -> dict[str, int]:
     return {"sft_demos": demos, "rl_episodes": rl_episodes}
 
 
+TASK_ORDERS = ("stream", "sample")
+
+
+def iteration_tasks(pool: list[Task], it: int, n: int, seed: int, order: str,
+                    rng: np.random.Generator) -> list[Task]:
+    """The n distinct tasks of RL iteration ``it`` (``rollout.task_order``).
+
+    "stream": the pool is walked in passes, each a fresh seeded permutation cut into
+      ipp = floor(P / n) iterations; iteration it takes slice (it mod ipp) of pass
+      floor(it / ipp). No task repeats before the pass ends, so with P >= iterations * n no task
+      is seen twice in the run; a smaller pool is covered evenly.
+    "sample": n tasks drawn without replacement from ``rng`` every iteration, independently of
+      the others (tasks repeat across iterations at random).
+    """
+    if order == "sample":
+        return list(rng.choice(pool, size=n, replace=False))
+    if order != "stream":
+        raise ValueError(f"rollout.task_order={order!r}; use one of {TASK_ORDERS}.")
+    per_pass = len(pool) // n
+    if per_pass == 0:
+        raise ValueError(f"rollout.tasks_per_iter={n} exceeds the RL pool of {len(pool)} tasks.")
+    passes, slot = divmod(it, per_pass)
+    perm = np.random.default_rng([seed, 11, passes]).permutation(len(pool))
+    return [pool[j] for j in perm[slot * n:(slot + 1) * n]]
+
+
+def task_renamer(c: ml_collections.ConfigDict, sets: dict[str, list[Task]]
+                 ) -> Callable[[list[Task], np.random.Generator], list[Task]]:
+    """tasks, rng -> the tasks, each with probability ``rollout.rename_prob`` shown with fresh
+    entity names (the family's ``renamer``, names from the RL pool and the SFT games): RL on the
+    same games then sees many surface forms, as SFT's ``sft.augment_copies`` does."""
+    prob = float(c.rollout.rename_prob)
+    if not 0.0 <= prob <= 1.0:
+        raise ValueError(f"rollout.rename_prob={prob} must be in [0, 1].")
+    if prob == 0.0:
+        return lambda tasks, rng: tasks
+    family = registry.get_family(c.env.family)
+    if family.renamer is None:
+        raise ValueError(f"rollout.rename_prob={prob}, but env.family={family.name!r} cannot "
+                         "rename its tasks' entities; set it to 0.")
+    rename = family.renamer(sets["train"] + sets["sft"])
+    return lambda tasks, rng: [rename(t, rng) if rng.random() < prob else t for t in tasks]
+
+
+def task_repeats(c: ml_collections.ConfigDict, iterations: int) -> str:
+    """How often an RL task is played in the run, in words for the log."""
+    pool = c.games.num_train + c.games.num_train_hard
+    need = iterations * c.rollout.tasks_per_iter
+    if c.rollout.task_order == "stream" and need <= pool:
+        return f"{need} distinct tasks of {pool}, none repeated"
+    return f"{need} task draws from {pool} ({need / max(pool, 1):.1f} per task, {c.rollout.task_order})"
+
+
 def env_spec(c: ml_collections.ConfigDict, *, admissible: bool) -> EnvSpec:
     """The spec to build envs from: the family's options for ``c.env``, inside the reward
     wrapper of ``env.reward_mode`` if it has one ("process": ``envs.process_reward``)."""

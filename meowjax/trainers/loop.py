@@ -44,7 +44,7 @@ SFT, RL, DONE = "sft", "rl", "done"
 # rl.loss_norm: "iteration" = every update step divides by the same number (a full minibatch's
 # worth of units); "minibatch" = by its own count of units (rows), the usual token mean.
 LOSS_NORMS = ("iteration", "minibatch")
-SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, EVAL_RNG = 1, 2, 3, 7, 9
+SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, EVAL_RNG, RENAME_RNG = 1, 2, 3, 7, 9, 12
 
 
 class Preempted(Exception):
@@ -105,6 +105,7 @@ class AgentTrainer(abc.ABC):
         self.needs_ref = self.objective.needs_ref
         self.plan = data.budget_plan(c) if training else {"sft_demos": 0, "rl_episodes": 0}
         self.sets = data.game_sets(c) if training else {}
+        self.rename = data.task_renamer(c, self.sets) if training else None
         sft_tasks = self.sets["sft"][:self.plan["sft_demos"]] if training else []
         self.expert = data.expert_data(c, sft_tasks) if training else []
         self.setup_model()
@@ -404,7 +405,9 @@ class AgentTrainer(abc.ABC):
         c = self.c
         t0 = time.time()
         rng = host_rng(c.seed, COLLECT_RNG, it)
-        tasks = list(rng.choice(self.sets["train"], size=c.rollout.tasks_per_iter, replace=False))
+        tasks = data.iteration_tasks(self.sets["train"], it, c.rollout.tasks_per_iter, c.seed,
+                                     c.rollout.task_order, rng)
+        tasks = self.rename(tasks, host_rng(c.seed, RENAME_RNG, it))
         budgets = budgets_for(c, len(tasks) * c.rollout.group_size, rng)
         eps = self.play(state.params, pool, tasks, group_size=c.rollout.group_size,
                         budgets=budgets, rng=rng, greedy=False,
@@ -472,9 +475,9 @@ class AgentTrainer(abc.ABC):
     # ----- the schedule ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         c = self.c
-        console.info("run %s: interface %s, estimator %s, %d SFT steps, %d RL iterations, in %s",
-                     c.name, self.interface, self.spec.name, self.sft_steps, self.rl_iters,
-                     self.workdir)
+        console.info("run %s: interface %s, estimator %s, %d SFT steps, %d RL iterations (%s), "
+                     "in %s", c.name, self.interface, self.spec.name, self.sft_steps,
+                     self.rl_iters, data.task_repeats(c, self.rl_iters), self.workdir)
         state, ref, meta = self.restore_state()
         pool = EnvPool(data.env_spec(c, admissible=self.needs_admissible),
                        num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)

@@ -52,7 +52,7 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
             f"config `{c.name}`, estimator `{c.rl.estimator}`, interface `{c.policy.interface}`, "
             f"model preset `{c.model.preset}`; SFT demonstrations {out['plan']['sft_demos']}, "
             f"RL episodes {out['plan']['rl_episodes']} ({out['rl_iters']} iterations) on "
-            f"{data.rl_pool_words(c)}; "
+            f"{data.rl_pool_words(c)} ({data.task_repeats(c, out['rl_iters'])}); "
             f"wall time {seconds / 60:.1f} min. Greedy evaluation, one episode per game, "
             f"turn budget {c.turns.eval_max_turns}.")),
         report.SuccessTable("Success on held-out games (95% Wilson intervals)", rows),
