@@ -61,7 +61,7 @@ def get_config(arg=None):
     c.rl.update(dict(estimator="rloo", epochs=1, minibatch_rows=32, lr=3e-4, warmup_steps=2,
                      kl_coef=0.01, kl_kind="k3", kl_in_loss=True))
     c.turns.update(dict(max_turns=12, eval_max_turns=12))
-    c.eval.update(dict(every_iters=0, num_samples=2, sample_start=False, pass_ks=(1, 2),
+    c.eval.update(dict(every_iters=0, num_samples=2, sample_start=True, pass_ks=(1, 2),
                        pass_ts=(4, 6, 8, 12)))
     c.checkpoint.every_iters = 5
     if arg.smoke:

@@ -103,3 +103,27 @@ def test_nan_becomes_null_and_bad_sections_fail(tmp_path):
         report.budget_curves_from_pass_at_k_t(
             {"v": passk.estimate_pass_at_k_t({"a": [{"won": True, "success_turn": 1}]}, [1], [1], n_boot=10)}, k=3
         )
+
+
+def test_pass_at_k_t_comparison_and_curve_extremes(tmp_path):
+    rng = np.random.default_rng(1)
+    before = passk.estimate_pass_at_k_t(_records(rng), [1, 2], [2, 4], n_boot=50)
+    after = passk.estimate_pass_at_k_t(_records(rng), [1, 2], [2, 4], n_boot=50)
+    path = report.write_report(tmp_path, "Compare", [
+        report.PassKTComparison("Before and after", before, after, ("SFT", "RL")),
+        report.LearningCurves("Loss", {"sft": ([1, 2, 3], [3.0, 1.0, 2.0])}, metric="loss",
+                              xlabel="SFT step", higher_is_better=False),
+        report.LearningCurves("KL", {"kl": ([1, 2], [0.5, 0.2])}, metric="nats",
+                              higher_is_better=None)])
+    md = path.read_text()
+    cell = (f"| K=2, T=4 | {before.mean_KT[1, 1]:.3f} | {after.mean_KT[1, 1]:.3f} | "
+            f"{after.mean_KT[1, 1] - before.mean_KT[1, 1]:+.3f} |")
+    assert "| cell | SFT | RL | difference |" in md and cell in md
+    assert "| sft | 3 | 2.000 | 1.000 |" in md  # best loss = the smallest
+    assert "| run | last step | last nats | largest nats |" in md and "| kl | 2 | 0.200 | 0.500 |" in md
+    numbers = json.loads((tmp_path / "results.json").read_text())["sections"][0]
+    np.testing.assert_allclose(numbers["difference"], after.mean_KT - before.mean_KT)
+    assert (tmp_path / numbers["plot"]).read_bytes()[:8] == PNG_SIGNATURE
+    with pytest.raises(ValueError, match="grids differ"):
+        report.write_report(tmp_path, "Bad", [report.PassKTComparison(
+            "x", before, passk.estimate_pass_at_k_t(_records(rng), [1], [2, 4], n_boot=10))])

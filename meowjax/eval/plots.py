@@ -44,8 +44,9 @@ def plot_learning_curves(
     curves: Mapping[str, Curve],
     metric: str = "success rate",
     title: str = "Learning curves",
+    xlabel: str = "training step",
 ) -> pathlib.Path:
-    """One line per run/variant of `metric` against training step; curves = {label: (steps, values)}."""
+    """One line per run/variant of `metric` against `xlabel`; curves = {label: (steps, values)}."""
     if not curves:
         raise ValueError("plot_learning_curves needs at least one curve")
     fig = _new_figure()
@@ -53,7 +54,7 @@ def plot_learning_curves(
     for label, (steps, values) in curves.items():
         x_N, y_N = _xy(label, steps, values)
         ax.plot(x_N, y_N, marker="." if x_N.size < 50 else None, label=label)
-    ax.set_xlabel("training step")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(metric)
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -67,14 +68,20 @@ def plot_pass_at_k_t_heatmap(
     ts: Sequence[int],
     values_KT: np.ndarray,
     title: str = "Pass@(K,T)",
+    difference: bool = False,
 ) -> pathlib.Path:
-    """Heatmap of Pass@(K,T): rows K, columns T, colour in [0, 1], each cell annotated."""
+    """Heatmap of Pass@(K,T): rows K, columns T, colour in [0, 1], each cell annotated;
+    ``difference``: a change in Pass@(K,T), on a diverging scale symmetric about 0."""
     values_KT = np.asarray(values_KT, dtype=np.float64)
     if values_KT.shape != (len(ks), len(ts)):
         raise ValueError(f"values_KT has shape {values_KT.shape}, expected (len(ks), len(ts)) = {(len(ks), len(ts))}")
     fig = _new_figure((max(4.5, 1.5 + 0.7 * len(ts)), max(3.0, 1.2 + 0.5 * len(ks))))
     ax = fig.add_subplot()
-    image = ax.imshow(values_KT, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", origin="lower")
+    if difference:
+        span = max(0.05, float(np.nanmax(np.abs(values_KT))))
+        image = ax.imshow(values_KT, vmin=-span, vmax=span, cmap="RdBu", aspect="auto", origin="lower")
+    else:
+        image = ax.imshow(values_KT, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", origin="lower")
     ax.set_xticks(range(len(ts)), [str(t) for t in ts])
     ax.set_yticks(range(len(ks)), [str(k) for k in ks])
     ax.set_xlabel("turn budget T")
@@ -83,7 +90,9 @@ def plot_pass_at_k_t_heatmap(
     for i in range(len(ks)):
         for j in range(len(ts)):
             v = values_KT[i, j]
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+            dark = abs(v) > 0.6 * span if difference else v < 0.6
+            ax.text(j, i, f"{v:+.2f}" if difference else f"{v:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")
     fig.colorbar(image, ax=ax)
     return _save(fig, path)
 

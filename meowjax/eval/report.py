@@ -90,12 +90,25 @@ class PassKTSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class PassKTComparison:
+    """Two Pass@(K,T) results on the same tasks (e.g. before and after RL), side by side per
+    cell with their difference (after - before), and a heatmap of the difference."""
+
+    title: str
+    before: passk.PassKTResult
+    after: passk.PassKTResult
+    labels: tuple[str, str] = ("start", "after RL")
+
+
+@dataclasses.dataclass(frozen=True)
 class LearningCurves:
-    """{run: (steps, values)} of one metric against training step."""
+    """{run: (steps, values)} of one metric against training step (or ``xlabel``)."""
 
     title: str
     curves: Mapping[str, plots.Curve]
     metric: str = "success rate"
+    xlabel: str = "training step"
+    higher_is_better: bool | None = True  # the table's "best" column; None: its largest value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +128,8 @@ class TextSection:
     body: str
 
 
-Section = SuccessTable | PairedGainTable | MeanTable | PassKTSection | LearningCurves | BudgetCurves | TextSection
+Section = (SuccessTable | PairedGainTable | MeanTable | PassKTSection | PassKTComparison | LearningCurves
+           | BudgetCurves | TextSection)
 
 
 def budget_curves_from_pass_at_k_t(results: Mapping[str, passk.PassKTResult], k: int = 1) -> dict[str, plots.BandCurve]:
@@ -231,11 +245,32 @@ def _(section: PassKTSection, workdir: pathlib.Path, slug: str) -> tuple[str, di
 
 
 @render_section.register
-def _(section: LearningCurves, workdir: pathlib.Path, slug: str) -> tuple[str, dict[str, Any]]:
-    plot = plots.plot_learning_curves(workdir / PLOTS_DIR / f"{slug}.png", section.curves, section.metric, section.title)
+def _(section: PassKTComparison, workdir: pathlib.Path, slug: str) -> tuple[str, dict[str, Any]]:
+    a, b = section.before, section.after
+    if (a.ks, a.ts) != (b.ks, b.ts):
+        raise ValueError(f"{section.title!r}: the two Pass@(K,T) grids differ: K {a.ks} T {a.ts} vs K {b.ks} T {b.ts}")
+    diff_KT = b.mean_KT - a.mean_KT
+    first, second = section.labels
+    rows = [[f"K={k}, T={t}", _fmt(a.mean_KT[i, j]), _fmt(b.mean_KT[i, j]), f"{diff_KT[i, j]:+.3f}"]
+            for i, k in enumerate(a.ks) for j, t in enumerate(a.ts)]
+    plot = plots.plot_pass_at_k_t_heatmap(workdir / PLOTS_DIR / f"{slug}.png", a.ks, a.ts, diff_KT,
+                                          f"Pass@(K,T): {second} - {first}", difference=True)
     rel = plot.relative_to(workdir).as_posix()
-    rows = [[label, str(steps[-1]), _fmt(float(values[-1])), _fmt(float(np.max(values)))] for label, (steps, values) in section.curves.items()]
-    md = markdown_table(["run", "last step", f"last {section.metric}", f"best {section.metric}"], rows)
+    md = (markdown_table(["cell", first, second, "difference"], rows)
+          + f"\n\n{a.n_tasks} tasks; the intervals of each result are in its own section.\n\n![{section.title}]({rel})")
+    return md, {"before": a.to_json(), "after": b.to_json(), "difference": diff_KT, "labels": list(section.labels),
+                "plot": rel}
+
+
+@render_section.register
+def _(section: LearningCurves, workdir: pathlib.Path, slug: str) -> tuple[str, dict[str, Any]]:
+    plot = plots.plot_learning_curves(workdir / PLOTS_DIR / f"{slug}.png", section.curves, section.metric, section.title,
+                                      section.xlabel)
+    rel = plot.relative_to(workdir).as_posix()
+    best = {True: np.max, False: np.min, None: np.max}[section.higher_is_better]
+    rows = [[label, str(steps[-1]), _fmt(float(values[-1])), _fmt(float(best(values)))] for label, (steps, values) in section.curves.items()]
+    best_name = "largest" if section.higher_is_better is None else "best"
+    md = markdown_table(["run", "last step", f"last {section.metric}", f"{best_name} {section.metric}"], rows)
     curves = {label: {"steps": steps, "values": values} for label, (steps, values) in section.curves.items()}
     return md + f"\n\n![{section.title}]({rel})", {"metric": section.metric, "curves": curves, "plot": rel}
 

@@ -91,12 +91,12 @@ def task_renamer(c: ml_collections.ConfigDict, sets: dict[str, list[Task]]
 
 
 def task_repeats(c: ml_collections.ConfigDict, iterations: int) -> str:
-    """How often an RL task is played in the run, in words for the log."""
+    """How often an RL task is played in the run, in words for the log and the report."""
     pool = c.games.num_train + c.games.num_train_hard
     need = iterations * c.rollout.tasks_per_iter
     if c.rollout.task_order == "stream" and need <= pool:
-        return f"{need} distinct tasks of {pool}, none repeated"
-    return f"{need} task draws from {pool} ({need / max(pool, 1):.1f} per task, {c.rollout.task_order})"
+        return f"stream order: {need} distinct tasks, none repeated"
+    return f"{c.rollout.task_order} order: {need} draws, {need / max(pool, 1):.1f} per task"
 
 
 def env_spec(c: ml_collections.ConfigDict, *, admissible: bool) -> EnvSpec:

@@ -33,10 +33,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from meowjax.envs import process_reward
 from meowjax.envs.base import Task
 from meowjax.envs.pool import EnvPool
-from meowjax.eval import outcomes, passk, report, stats
+from meowjax.eval import outcomes, passk, report
+from meowjax.eval.traces import diagnostics, replay_traces
 from meowjax.rollout.trajectory import Trajectory
 from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
@@ -162,38 +162,6 @@ def play_tasks(agent: Agent, pool, tasks: Sequence[Task], *, samples: int, budge
                                     desc=f"{'greedy' if greedy else 'sampled'} T={budget}")
 
 
-def replay_traces(family: str, tasks: Sequence[Task], played: Sequence[Trajectory],
-                  budget: int) -> list[dict[str, Any]]:
-    """Per-turn flags of played episodes, by replaying their actions in a ProcessRewardEnv.
-
-    Returns traces {task_id, won, success_turn, turns: [{invalid, progress, process_reward}],
-    plan_done (share of the expert plan completed), replay_agrees}.
-    """
-    by_id = {t.task_id: t for t in tasks}
-    env = process_reward.ProcessRewardEnv(inner_family=family, reward_mode="sparse")
-    traces = []
-    try:
-        for traj in sorted(played, key=lambda p: p.task_id):
-            reset = env.reset(by_id[traj.task_id], budget)
-            start, turns, won = reset.info["plan_remaining"], [], False
-            for a in traj.actions:
-                res = env.step(a)
-                turns.append({"invalid": bool(res.info.get("invalid", False)),
-                              "progress": bool(res.info.get("progress", False)),
-                              "process_reward": float(res.info.get("process_reward", 0.0))})
-                won = won or res.won
-                if res.done:
-                    break
-            done = sum(t["process_reward"] for t in turns)
-            traces.append({"task_id": traj.task_id, "won": bool(traj.won),
-                           "success_turn": traj.success_turn, "turns": turns,
-                           "plan_done": done if start else float(won),
-                           "replay_agrees": won == bool(traj.won)})
-    finally:
-        env.close()
-    return traces
-
-
 @dataclasses.dataclass
 class EvalResult:
     """Everything the report shows (also JSON-able via ``report``)."""
@@ -252,25 +220,6 @@ def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts
 
 
 # -- diagnostics and the report -------------------------------------------------------------
-def diagnostics(traces: Sequence[dict[str, Any]], t_max: int) -> dict[str, Any]:
-    """Per-turn numbers of sampled episodes (see ``stats``)."""
-    n_turns = sum(len(t["turns"]) for t in traces)
-    rec_inv, n_inv = stats.error_recovery_rate(traces, "invalid")
-    rec_np, n_np = stats.error_recovery_rate(traces, "no_progress")
-    return {
-        "episodes": len(traces), "turns": n_turns,
-        "validity": stats.action_validity_rate(traces) if n_turns else float("nan"),
-        "progress_rate": (sum(x["progress"] for t in traces for x in t["turns"]) / n_turns
-                          if n_turns else float("nan")),
-        "recovery_invalid": rec_inv, "episodes_with_invalid": n_inv,
-        "recovery_no_progress": rec_np, "episodes_with_no_progress": n_np,
-        "plan_done": float(np.mean([t["plan_done"] for t in traces])),
-        "replay_disagreements": int(sum(not t["replay_agrees"] for t in traces)),
-        "success_by_turn": stats.cumulative_success_curve(traces, t_max),
-        "validity_by_turn": stats.validity_by_turn(traces, t_max),
-    }
-
-
 def report_sections(result: EvalResult) -> list[Any]:
     """The report of one evaluation: success, Pass@(K,T), per-turn diagnostics."""
     g = result.greedy

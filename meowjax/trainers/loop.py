@@ -31,8 +31,9 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from meowjax.envs.base import EnvError
 from meowjax.envs.pool import EnvPool
-from meowjax.eval import outcomes, passk
+from meowjax.eval import outcomes, passk, traces
 from meowjax.models import value
 from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
@@ -310,11 +311,24 @@ class AgentTrainer(abc.ABC):
                 out["pass_at_k_t"] = passk.estimate_pass_at_k_t(
                     outcomes.by_task(trajs), c.eval.pass_ks, c.eval.pass_ts,
                     mode="single_run").to_json()
+                out["diagnostics"] = self.turn_diagnostics(tasks, trajs)
         console.info("%s", console.eval_line(
             title, {f"{k} {data.difficulty_name(c, k == 'eval_hard')}": v
                     for k, v in out.items() if "success" in v},
             time.time() - t0, pass_at_k_t=out.get("pass_at_k_t")))
         return out
+
+    def turn_diagnostics(self, tasks, trajs) -> dict[str, Any] | None:
+        """Per-turn diagnostics of sampled evaluation episodes (``eval.traces``); None, with a
+        warning, for a family without expert plans to replay against."""
+        budget = self.c.turns.eval_max_turns
+        try:
+            found = traces.replay_traces(self.c.env.family, tasks, trajs, budget)
+        except EnvError as e:
+            logging.warning("no per-turn diagnostics: %s", e)
+            return None
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                for k, v in traces.diagnostics(found, budget).items()}
 
     @property
     def eval_temperature(self) -> float:

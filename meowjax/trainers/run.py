@@ -16,7 +16,6 @@ from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
 
 
-
 def _passkt(d: dict[str, Any]) -> passk.PassKTResult:
     return passk.PassKTResult(ks=tuple(d["ks"]), ts=tuple(d["ts"]), mode=d["mode"],
                               mean_KT=np.asarray(d["mean"]), low_KT=np.asarray(d["ci_low"]),
@@ -61,29 +60,83 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         sections.append(report.PairedGainTable(
             "RL gain on the same games (paired: 'gain' when the whole 95% interval is above 0)",
             paired))
-    for tag in ("start", "final"):
-        if "pass_at_k_t" in evals.get(tag, {}):
-            sections.append(report.PassKTSection(f"Pass@(K,T) {tag}, held-out (training difficulty)",
-                                                 _passkt(evals[tag]["pass_at_k_t"])))
-    curves = _learning_curve(workdir)
-    if curves:
-        sections.append(report.LearningCurves("Training success rate (rollouts)", curves))
+    sections += _comparison_sections(evals, data.difficulty_name(c, False))
+    sections += _curve_sections(workdir)
     path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
     return str(path)
 
 
-def _learning_curve(workdir: str):
-    steps, vals = [], []
+# Per-turn diagnostics shown before and after RL: (key, label).
+_DIAGNOSTICS = (
+    ("first_action_progress", "first action makes progress (share of episodes)"),
+    ("validity", "action validity (valid turns / turns)"),
+    ("progress_rate", "progress turns (expert plan got shorter) / turns"),
+    ("recovery_invalid", "recovery after an invalid action (won / episodes with one)"),
+    ("recovery_no_progress", "recovery after a useless action (won / episodes with one)"),
+    ("plan_done", "share of the expert plan completed"),
+)
+
+
+def _comparison_sections(evals: dict[str, Any], difficulty: str) -> list[Any]:
+    """Pass@(K,T) and per-turn diagnostics of the sampled held-out episodes, starting policy and
+    after RL side by side (the start needs ``eval.sample_start``)."""
+    start, final = evals.get("start", {}), evals.get("final", {})
+    out = []
+    for tag, e in (("start", start), ("final", final)):
+        if "pass_at_k_t" in e:
+            out.append(report.PassKTSection(f"Pass@(K,T) {tag}, held-out ({difficulty})",
+                                            _passkt(e["pass_at_k_t"])))
+    if "pass_at_k_t" in start and "pass_at_k_t" in final:
+        out.append(report.PassKTComparison(
+            f"Pass@(K,T) before and after RL, held-out ({difficulty})",
+            _passkt(start["pass_at_k_t"]), _passkt(final["pass_at_k_t"]),
+            ("starting policy", "after RL")))
+    d0, d1 = start.get("diagnostics"), final.get("diagnostics")
+    if d0 and d1:
+        fmt = lambda v: "n/a" if v is None or v != v else f"{v:.3f}"  # noqa: E731 (NaN)
+        diff = lambda a, b: "n/a" if a is None or b is None or a != a or b != b else f"{b - a:+.3f}"  # noqa: E731
+        rows = [[label, fmt(d0[k]), fmt(d1[k]), diff(d0[k], d1[k])] for k, label in _DIAGNOSTICS]
+        rows.append(["episodes (sampled)", str(d0["episodes"]), str(d1["episodes"]), ""])
+        out.append(report.TextSection(
+            f"Per-turn diagnostics before and after RL, held-out ({difficulty}, sampled episodes)",
+            report.markdown_table(["quantity", "starting policy", "after RL", "difference"], rows)))
+        t = len(d0["success_by_turn"])
+        out.append(report.BudgetCurves(f"Won within t turns before and after RL ({difficulty})", {
+            "starting policy": (list(range(1, t + 1)), d0["success_by_turn"], None, None),
+            "after RL": (list(range(1, t + 1)), d1["success_by_turn"], None, None)},
+            metric="share of sampled episodes won"))
+    return out
+
+
+# Learning curves from metrics.jsonl: (section title, metric axis, x axis, {label: key}, which
+# value is best).
+_CURVES = (
+    ("SFT loss", "loss", "SFT step", {"SFT loss": "sft/loss"}, False),
+    ("RL rollouts: success and return by iteration", "rate / return", "RL iteration",
+     {"rollout success": "rollout/success", "rollout return": "rollout/return"}, True),
+    ("RL: KL to the starting policy and entropy by iteration", "nats", "RL iteration",
+     {"KL to the starting policy": "pg/kl_ref", "entropy": "pg/entropy"}, None),
+)
+
+
+def _curve_sections(workdir: str) -> list[Any]:
+    """The SFT loss by step and the RL curves by iteration (one RL record per iteration)."""
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.exists(path):
-        return {}
+        return []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            if "rollout/success" in rec:
-                steps.append(rec["step"])
-                vals.append(rec["rollout/success"])
-    return {"rollout success": (np.asarray(steps), np.asarray(vals))} if steps else {}
+        records = [json.loads(line) for line in f]
+    out = []
+    for title, metric, xlabel, keys, higher_is_better in _CURVES:
+        curves = {}
+        for label, key in keys.items():
+            vals = [r[key] for r in records if key in r]
+            if vals:
+                curves[label] = (np.arange(1, len(vals) + 1), np.asarray(vals, np.float64))
+        if curves:
+            out.append(report.LearningCurves(title, curves, metric=metric, xlabel=xlabel,
+                                             higher_is_better=higher_is_better))
+    return out
 
 
 def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
