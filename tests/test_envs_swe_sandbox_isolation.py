@@ -323,3 +323,11 @@ def test_sandbox_mode_refused_where_namespaces_fail(monkeypatch, caplog):
         SweEnv(sandbox="docker")
     with pytest.raises(ValueError, match="isolation='docker'"):
         run_tests(".", [], isolation="docker")
+
+
+def test_sandbox_workspace_too_large_is_a_clear_error(tmp_path):
+    repo = _repo(tmp_path, "def test_ok():\n    pass\n")
+    (repo / "big.bin").write_bytes(b"x" * 3 * 2**20)
+    with pytest.raises(isolation.SandboxUnavailable, match=r"raise Limits.workspace_mb"):
+        run_tests(repo, _ids("test_ok"), limits=Limits(workspace_mb=2))
+    assert run_tests(repo, _ids("test_ok"), limits=Limits(workspace_mb=8)).passed == _ids("test_ok")

@@ -202,7 +202,8 @@ def _supervise(proc: subprocess.Popen, ready_r: int, go_w: int, status_r: int, d
         proc.wait()
     status = _read_all(status_r).decode("utf-8", "replace")
     if status.startswith("E"):
-        raise SandboxUnavailable(f"cannot set up the sandbox: {status[1:]}. {FIX}")
+        raise SandboxUnavailable(f"cannot set up the sandbox: {status[1:]}. For trusted code "
+                                 "only, env.sandbox='best_effort' runs without it.")
     if status and not timed_out:
         return os.waitstatus_to_exitcode(int(status)), False
     return proc.returncode, timed_out

@@ -237,7 +237,11 @@ def main(spec_fd: int) -> None:
         sources = open_sources(spec)
         become_sandbox_user()
         pivot(build_root(spec, sources))
-        unpack_workspace(fds["tar"], spec["cwd"])
+        try:
+            unpack_workspace(fds["tar"], spec["cwd"])
+        except OSError as e:
+            raise OSError(f"the workspace does not fit in its {spec['size_mb']} MiB tmpfs "
+                          f"(raise Limits.workspace_mb): {e}") from e
         loopback_up()
         _libc.sethostname(b"sandbox", 7)
         prctl(PR_SET_DUMPABLE, 0)

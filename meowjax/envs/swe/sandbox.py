@@ -1,19 +1,42 @@
-"""A throwaway copy of a repository, safe path resolution, and tests run under limits.
+"""A throwaway copy of a repository, safe path resolution, and tests run in a sandbox.
 
-What is enforced (and what is not — read before trusting it with hostile code):
-  * Agent *tool actions* (ls/cat/grep/replace) only touch files inside the sandbox copy: absolute
-    paths, ``..`` components, NUL bytes and any symlink on the way are refused, and the resolved
-    real path must lie under the sandbox root.
-  * Tests run in a subprocess (``sys.executable``) in a new process session (its own process
-    group), with a wall-clock limit (the whole group is SIGKILLed), an address-space limit
-    (RLIMIT_AS), a file-size limit (RLIMIT_FSIZE: bounds output and files written), no core dumps,
-    stdin closed, a scrubbed environment (HOME in a temp dir, proxies pointing at a closed port)
-    and a ``sitecustomize`` that replaces ``socket.socket``/``create_connection``/``getaddrinfo``
-    with functions that raise. Only the first ``output_bytes`` of output are read back.
-  * NOT enforced: the *code under test* runs with this user's privileges; it can read files
-    outside the sandbox, undo the socket patch (e.g. via ``_socket``), or spawn processes that
-    leave the process group. There is no container or seccomp here. Use this for RL on generated
-    tasks and trusted SWE-Gym snapshots, not for untrusted code.
+Agent *tool actions* (ls/cat/grep/replace) run no code and only touch files inside the episode's
+copy: absolute paths, ``..`` components, NUL bytes and any symlink on the way are refused, and
+the resolved real path must lie under the copy's root. Code (the tests, and the code they
+import) runs in one of two modes, ``run_tests(..., isolation=...)``:
+
+"namespaces" (default; :mod:`isolation` and :mod:`jail`). The command runs in its own user,
+mount, PID, network, IPC and UTS namespaces, created by util-linux ``unshare``:
+  * Files: a minimal root on a tmpfs; read-only binds of /usr (and /bin, /lib... or their
+    merged-/usr links), ld.so.cache, and the interpreter's prefixes, stdlib and site-packages;
+    /dev/{null,zero,full,random,urandom}; a /proc of its own PID namespace; a stub /etc. The
+    host's home, /tmp, the project and everything else are simply absent (the old root is
+    detached after ``pivot_root``).
+  * Writes: /workspace (a copy of the repository, unpacked inside), /tmp and /dev/shm share one
+    tmpfs of ``Limits.workspace_mb``; nothing written there reaches the host, including the
+    repository copy the run started from.
+  * Privileges: no capabilities, no_new_privs, read-only mounts that cannot be remounted (a
+    nested user namespace only gets locked copies). Under a root host it runs as uid 65534.
+  * Network: only a loopback interface of its own; the host's ports are unreachable.
+  * Processes: PID 1 is our init; when the command exits (or the time limit kills the sandbox)
+    every process inside is killed. RLIMIT_NPROC (``Limits.processes``, threads included)
+    bounds fork bombs; RLIMIT_AS, RLIMIT_FSIZE and the wall-clock limit as below.
+  Not isolated: the kernel itself (no seccomp filter; a kernel bug is an escape), CPU time
+  beyond the wall-clock limit, total memory (RLIMIT_AS is per process: up to processes x
+  memory_mb), and the interpreter's files are readable. If namespaces cannot be created here,
+  :class:`SandboxUnavailable` says why and how to fix it.
+
+"best_effort" (trusted code only). A subprocess (``sys.executable``) of this user in a new
+process session, with a wall-clock limit (the whole group is SIGKILLed), RLIMIT_AS, RLIMIT_FSIZE
+(bounds output and each file written), no core dumps, stdin closed, a scrubbed environment (HOME
+in a temp dir, proxies pointing at a closed port) and a ``sitecustomize`` that replaces
+``socket.socket``/``create_connection``/``getaddrinfo`` with functions that raise. The code
+runs with this user's privileges: it can read files outside the copy, undo the socket patch
+(e.g. via ``_socket``), spawn processes that leave the process group, and write anywhere this
+user can; it runs in the repository folder itself.
+
+In both modes only the first ``output_bytes`` of output are read back, and per-test results
+come from the runner's lines (stdlib runner: prefixed by a nonce) or pytest's ``-rA`` summary.
 """
 
 from __future__ import annotations
