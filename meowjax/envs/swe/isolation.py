@@ -48,8 +48,9 @@ ETC_FILES = {
     "/etc/group": "sandbox:x:0:\n",
     "/etc/hosts": "127.0.0.1 localhost\n::1 localhost\n",
 }
-FIX = ("Fix: allow unprivileged user namespaces (e.g. `sysctl -w kernel.unprivileged_userns_clone=1`"
-       " or, on Ubuntu 24.04, `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or "
+FIX = ("Fix: allow unprivileged user namespaces (e.g. "
+       "`sysctl -w kernel.unprivileged_userns_clone=1` or, on Ubuntu 24.04, "
+       "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or "
        "run inside a container/VM that allows them; or, for trusted code only, set "
        "env.sandbox='best_effort' (SweEnv(sandbox='best_effort')).")
 
