@@ -84,7 +84,12 @@ def root_layout() -> dict:
         elif os.path.isdir(d):
             binds.append([d, d])
     binds += [[p, p] for p in ETC_BINDS if os.path.exists(p)]
-    binds += [[os.path.realpath(p), p] for p in interpreter_dirs()]
+    interpreter = interpreter_dirs()
+    if "/" in interpreter:
+        raise SandboxUnavailable(f"the interpreter {sys.executable} has / as a prefix; the "
+                                 "sandbox would show the whole host. Use a Python installed "
+                                 "under /usr, /opt or a virtual environment.")
+    binds += [[os.path.realpath(p), p] for p in interpreter]
     return {"ro_binds": binds, "symlinks": links}
 
 
@@ -134,7 +139,7 @@ def run(repo_dir: str | os.PathLike, argv: list[str], env: dict[str, str], limit
     """Runs ``argv`` in ``/workspace`` (a copy of ``repo_dir``) inside fresh namespaces.
 
     limits: a ``sandbox.Limits``; out: the file that receives stdout and stderr; files: extra
-    files (inside path -> text) written into the root, read-only for the command. Returns
+    files (inside path -> text) written into the root (the command's own copies). Returns
     (returncode, timed_out); returncode is the command's (negative: killed by that signal), or
     unshare's when the sandbox was killed at the time limit. Raises SandboxUnavailable when the
     namespaces or the root cannot be set up.

@@ -14,7 +14,7 @@ kills every process left inside. Steps, in order (each one needs the one before)
      stays reachable;
   4. unpack the workspace from a tar file descriptor, bring up loopback;
   5. drop every capability (bounding, ambient, permitted) and set no_new_privs, so the command
-     cannot remount the read-only folders writable; set the limits; fork and exec the command;
+     cannot remount the read-only folders writable; fork, set the limits, exec the command;
   6. reap children until the command exits; report its wait status on a pipe; exit.
 
 Setup failures go to the status pipe as ``E<message>``. Like runner.py this file imports only
@@ -202,10 +202,14 @@ def _set_limits(limits: dict) -> None:
     size = limits["file_size_mb"] * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # Counted per user namespace (Linux >= 5.14): this sandbox's processes and threads only.
+    n = limits["processes"]
+    resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
 
 
 def run_command(spec: dict) -> int:
-    """Forks the command and reaps every child until it exits; returns its wait status."""
+    """Forks the command (limits set in the child: the init itself must be able to fork) and
+    reaps every child until the command exits; returns its wait status."""
     child = os.fork()
     if child == 0:
         try:
@@ -246,8 +250,6 @@ def main(spec_fd: int) -> None:
         _libc.sethostname(b"sandbox", 7)
         prctl(PR_SET_DUMPABLE, 0)
         drop_privileges()
-        n = spec["limits"]["processes"]
-        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     except BaseException as e:  # noqa: BLE001 - the host turns this into a clear error
         os.write(status_fd, f"E{type(e).__name__}: {e}".encode())
         os._exit(125)
