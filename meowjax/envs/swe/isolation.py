@@ -243,3 +243,12 @@ def check_available() -> None:
             _AVAILABLE["error"] = str(e)
     if _AVAILABLE["error"] is not None:
         raise SandboxUnavailable(_AVAILABLE["error"])
+
+
+if __name__ == "__main__":  # `python -m meowjax.envs.swe.isolation`: can code run isolated here?
+    try:
+        check_available()
+    except SandboxUnavailable as e:
+        print(f"SWE sandbox: namespaces unavailable. {e}")
+        sys.exit(1)
+    print("SWE sandbox: user, mount, PID and network namespaces work here.")
