@@ -23,6 +23,7 @@ folder may be out of reach until the bind mounts are in place.
 """
 
 import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -244,6 +245,8 @@ def main(spec_fd: int) -> None:
         try:
             unpack_workspace(fds["tar"], spec["cwd"])
         except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
             raise OSError(f"the workspace does not fit in its {spec['size_mb']} MiB tmpfs "
                           f"(raise Limits.workspace_mb): {e}") from e
         loopback_up()
