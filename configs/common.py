@@ -44,9 +44,12 @@ def base_config() -> ml_collections.ConfigDict:
 
     # Environment and game sets. Difficulty names follow w{world}-o{objects}-q{quest}.
     # The RL pool: num_train games of the training difficulty + num_train_hard of the harder one.
+    # sandbox (code repair only): how model-written code runs. "namespaces" isolates it (own
+    # user/mount/PID/network namespaces; the run refuses to start where they are unavailable);
+    # "best_effort" runs it as this user with process limits only: trusted code only.
     c.env = ml_collections.ConfigDict(dict(
         family="textworld", reward_mode="sparse", invalid_action_penalty=0.0, compact=True,
-        num_workers=2, step_timeout_s=30.0))
+        num_workers=2, step_timeout_s=30.0, sandbox="namespaces"))
     c.games = ml_collections.ConfigDict(dict(
         cache_dir="data/games", kind="custom", world_size=2, nb_objects=3, quest_length=4,
         level=1, num_train=100, num_sft=60, num_eval=40, eval_split="test",

@@ -15,7 +15,9 @@ def get_config(arg=None):
     arg = common.parse_arg(arg, smoke=False)
     c = common.base_config()
     c.name = "swe_tiny"
-    c.env.update(dict(family="swe", reward_mode="ratio", num_workers=2))
+    # Model-written code runs isolated; "best_effort" only where namespaces are unavailable and
+    # the code is trusted (see README, "Running untrusted code").
+    c.env.update(dict(family="swe", reward_mode="ratio", num_workers=2, sandbox="namespaces"))
     c.games.update(dict(cache_dir="data/swe", level=1, num_train=32, num_sft=32, num_eval=16,
                         num_eval_hard=8))
     c.model.update(dict(preset="small", vocab_size=2048))

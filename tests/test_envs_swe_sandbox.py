@@ -73,7 +73,8 @@ def test_forged_result_lines_do_not_count(tmp_path):
     assert run.status == {"tests/test_m.py::test_liar": "failed"}
 
 
-def test_hung_test_is_killed_with_its_children(tmp_path):
+def test_hung_test_is_killed_with_its_children_best_effort(tmp_path):
+    """best_effort: the process group is killed (the child writes its pid to the host)."""
     pid_file = tmp_path / "child.pid"
     repo = _repo(tmp_path, f"""
         import subprocess
@@ -87,7 +88,7 @@ def test_hung_test_is_killed_with_its_children(tmp_path):
         """)
     ids = ["tests/test_m.py::test_first", "tests/test_m.py::test_hang"]
     start = time.monotonic()
-    run = run_tests(repo, ids, limits=Limits(timeout_s=1.5))
+    run = run_tests(repo, ids, limits=Limits(timeout_s=1.5), isolation="best_effort")
     assert time.monotonic() - start < 1.5 + 3.0
     assert run.timed_out
     assert run.status == {ids[0]: "passed", ids[1]: "missing"}
@@ -98,7 +99,10 @@ def test_hung_test_is_killed_with_its_children(tmp_path):
     assert state in ("gone", "Z", "X"), f"child sleep process still alive (state {state})"
 
 
-def test_memory_network_and_output_limits(tmp_path):
+@pytest.mark.parametrize("isolation", ["namespaces", "best_effort"])
+def test_memory_network_and_output_limits(tmp_path, isolation):
+    """The limits hold in both modes; the network is refused by the socket patch (best_effort)
+    or unreachable (namespaces: no interface but loopback)."""
     repo = _repo(tmp_path, """
         import socket
         def test_memory():
@@ -114,10 +118,15 @@ def test_memory_network_and_output_limits(tmp_path):
             assert f(2) == 3
         """)
     ids = [f"tests/test_m.py::test_{n}" for n in ("memory", "network", "socket", "flood", "after")]
-    run = run_tests(repo, ids, limits=Limits(memory_mb=256, file_size_mb=1, output_bytes=5000))
+    run = run_tests(repo, ids, limits=Limits(memory_mb=256, file_size_mb=1, output_bytes=5000),
+                    isolation=isolation)
     assert run.messages[ids[0]].startswith("MemoryError")
-    assert "network access is disabled" in run.messages[ids[1]]
-    assert "network access is disabled" in run.messages[ids[2]]
+    if isolation == "best_effort":
+        assert "network access is disabled" in run.messages[ids[1]]
+        assert "network access is disabled" in run.messages[ids[2]]
+    else:
+        assert run.messages[ids[1]].startswith("ConnectionRefusedError")
+        assert run.status[ids[2]] == "passed"  # a socket, but nothing to reach
     assert run.status[ids[3]] in ("failed", "missing")  # EFBIG once the output file is full
     assert len(run.output) <= 5000
     assert set(run.status.values()) <= {"failed", "missing", "passed"}

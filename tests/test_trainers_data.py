@@ -52,7 +52,8 @@ def test_env_specs_and_pool_words_per_family():
         "alfworld", dict(reward_mode="sparse", invalid_action_penalty=0.0, admissible=True))
     c = swe_tiny.get_config()
     assert data.env_spec(c, admissible=False) == EnvSpec(
-        "swe", dict(reward=c.env.reward_mode, invalid_action_penalty=c.env.invalid_action_penalty))
+        "swe", dict(reward=c.env.reward_mode, invalid_action_penalty=c.env.invalid_action_penalty,
+                    sandbox="namespaces"))
     assert data.rl_pool_words(c) == f"{c.games.num_train} swe training tasks"
 
 

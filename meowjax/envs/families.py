@@ -108,8 +108,10 @@ ALFWORLD = Family(
 
 # -- code repair ---------------------------------------------------------------------------------
 def swe_env_kwargs(env: Any, admissible: bool) -> dict[str, Any]:
-    """SweEnv takes ``reward`` (its own modes) and lists no admissible commands."""
-    return dict(reward=env.reward_mode, invalid_action_penalty=env.invalid_action_penalty)
+    """SweEnv takes ``reward`` (its own modes), the sandbox mode, and lists no admissible
+    commands."""
+    return dict(reward=env.reward_mode, invalid_action_penalty=env.invalid_action_penalty,
+                sandbox=env.sandbox)
 
 
 def swe_tier(g: Any, hard: bool) -> int:

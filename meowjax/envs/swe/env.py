@@ -15,6 +15,10 @@ With n_pass of the N graded tests passing, ``won = (n_pass == N)`` and the rewar
           The sum over an episode that submits is n_pass/N - s_0 (progress made), so re-running
           tests, or editing the tests to pass in the workspace, earns nothing in total.
 
+Tests (``test``, ``submit``) run in the sandbox chosen by ``sandbox``: "namespaces" (the
+default; the env refuses to start where it cannot run) or "best_effort" (trusted code only);
+see :mod:`meowjax.envs.swe.sandbox`. The file tools (ls/cat/grep/replace) run no code.
+
 Every mode adds ``invalid_action_penalty`` (<= 0) on turns whose command was malformed or
 refused. An episode cut by the turn budget is not graded (reward 0 on that turn in sparse/ratio
 mode; info["truncated"] = True). ``info`` carries score (s_t), turn, invalid, truncated, and on
@@ -29,8 +33,11 @@ import shutil
 import signal
 import tempfile
 
+from absl import logging
+
 from meowjax.envs.base import EnvError, ResetResult, StepResult, Task
-from meowjax.envs.swe import sandbox, spec, tools
+from meowjax.envs.swe import isolation, sandbox, spec, tools
+from meowjax.envs.swe.sandbox import Limits  # the `sandbox` argument hides the module
 
 REWARD_MODES = ("sparse", "ratio", "dense")
 
@@ -42,7 +49,9 @@ class SweEnv:
 
     def __init__(self, reward: str = "ratio", test_timeout_s: float = 10.0,
                  memory_limit_mb: int = 1024, max_observation_chars: int = 4000,
-                 invalid_action_penalty: float = 0.0, tmp_root: str | None = None):
+                 invalid_action_penalty: float = 0.0, tmp_root: str | None = None,
+                 sandbox: str = "namespaces"):
+        self.sandbox = _check_sandbox(sandbox)
         if reward not in REWARD_MODES:
             raise EnvError(f"reward={reward!r} is not a SWE reward mode; use one of {REWARD_MODES}")
         if invalid_action_penalty > 0:
@@ -51,7 +60,7 @@ class SweEnv:
             raise EnvError("need test_timeout_s > 0, memory_limit_mb >= 64 and "
                            "max_observation_chars >= 200")
         self.reward_mode = reward
-        self.limits = sandbox.Limits(timeout_s=test_timeout_s, memory_mb=memory_limit_mb)
+        self.limits = Limits(timeout_s=test_timeout_s, memory_mb=memory_limit_mb)
         self.max_observation_chars = max_observation_chars
         self.invalid_action_penalty = invalid_action_penalty
         self.tmp_root = tmp_root
@@ -91,7 +100,7 @@ class SweEnv:
             if cmd.name == "test":
                 run = sandbox.run_tests(self.repo, list(self.task.all_tests),
                                         self.task.test_command, self.limits,
-                                     self.task.test_env)
+                                        self.task.test_env, self.sandbox)
                 observation = self._report(run)
                 delta = self._advance(run.ratio())
                 reward = delta if self.reward_mode == "dense" else 0.0
@@ -160,7 +169,7 @@ class SweEnv:
                     shutil.copyfile(src, dst)
             return sandbox.run_tests(grade_dir, list(self.task.all_tests),
                                      self.task.test_command, self.limits,
-                                     self.task.test_env)
+                                     self.task.test_env, self.sandbox)
         finally:
             shutil.rmtree(grade_dir, ignore_errors=True)
 
@@ -189,6 +198,25 @@ class SweEnv:
         if len(text) <= n:
             return text
         return text[:n] + f"\n... [{len(text) - n} more characters cut; use cat with a line range]"
+
+
+def _check_sandbox(mode: str) -> str:
+    """The sandbox mode, once we know it can run here; best_effort is said out loud."""
+    if mode not in sandbox.ISOLATION_MODES:
+        raise EnvError(f"sandbox={mode!r} is not a sandbox mode; use one of "
+                       f"{sandbox.ISOLATION_MODES}")
+    if mode == "best_effort":
+        logging.warning("SWE sandbox: best_effort mode. Model-written code runs as this user "
+                        "with only process limits: it can read your files, reach the network "
+                        "and leave processes behind. Use it for trusted code only; "
+                        "env.sandbox='namespaces' isolates it.")
+        return mode
+    try:
+        isolation.check_available()
+    except isolation.SandboxUnavailable as e:
+        raise EnvError(f"env.sandbox='namespaces' cannot run here, so model-written code will "
+                       f"not be run: {e}") from e
+    return mode
 
 
 def _counts(run: sandbox.RunResult) -> dict:

@@ -12,7 +12,7 @@ hangs still leaves the earlier results behind:
 (the same words pytest's ``-rA`` summary uses, so one parser reads both). ``<nonce>`` is read from
 the MEOWJAX_SWE_NONCE environment variable and removed from the environment before any code under
 test runs, so the code under test cannot easily forge result lines (best effort, not a security
-boundary: the code runs with the user's privileges).
+boundary: the process's initial environment, /proc/self/environ, still holds it).
 
 This file must not import anything from meowjax (it runs with only the stdlib in reach).
 """

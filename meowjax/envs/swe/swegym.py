@@ -17,9 +17,10 @@ and optionally:
                      ``<repos_dir>/<instance_id>``
 
 The snapshot is the repository at ``base_commit`` *with ``test_patch`` already applied* (so the
-FAIL_TO_PASS tests exist), with its dependencies importable by this Python. We cannot build the
-original Docker images here (no container engine, no network), so tests run in the same
-subprocess sandbox as generated tasks (see :mod:`meowjax.envs.swe.sandbox` for its limits).
+FAIL_TO_PASS tests exist), with its dependencies installed in this Python's site-packages (the
+sandbox shows the tests nothing else of the host). We cannot build the original Docker images
+here (no container engine, no network), so tests run in the same sandbox as generated tasks
+(see :mod:`meowjax.envs.swe.sandbox` for what it isolates).
 """
 
 from __future__ import annotations
