@@ -267,16 +267,22 @@ class AgentTrainer(abc.ABC):
         self.ckpt.save(int(meta["ckpt_index"]), {"state": state, "ref": ref}, meta)
 
     def restore_state(self):
-        """(state, ref, meta) from the latest checkpoint (restored onto the mesh shardings), or
-        a fresh start."""
+        """(state, ref, meta) from the newest checkpoint that loads (restored onto the mesh
+        shardings), or a fresh start."""
         meta = {"phase": SFT, "sft_step": 0, "iteration": 0, "ckpt_index": 0, "evals": {}}
         if self.ckpt.latest_step() is None:
             state = self._sft_state()
             return state, state.params, meta
-        phase = SFT if self.ckpt.read_meta()["phase"] == SFT else RL
-        target = placement.with_shardings(self._abstract_state(phase == RL),
-                                          self.shardings[phase].state)
-        restored, meta = self.ckpt.restore({"state": target, "ref": target.params})
+
+        def target_for(meta):
+            phase = SFT if meta["phase"] == SFT else RL
+            target = placement.with_shardings(self._abstract_state(phase == RL),
+                                              self.shardings[phase].state)
+            return {"state": target, "ref": target.params}
+
+        # A damaged newest checkpoint falls back to the one before (a warning names it); only
+        # a training run moves the damaged one aside, so evaluating never renames a run's files.
+        restored, meta = self.ckpt.restore_newest(target_for, set_aside=self.training)
         logging.info("Resumed from checkpoint: phase %s, sft_step %d, iteration %d",
                      meta["phase"], meta["sft_step"], meta["iteration"])
         return restored["state"], restored["ref"], meta
