@@ -468,6 +468,8 @@ class AgentTrainer(abc.ABC):
             "rollout/episode_turns": n_turns / len(eps),
             "rollout/invalid_rate": sum(e.invalid_count for e in eps) / max(1, n_turns),
             "rollout/overflow_rate": float(np.mean([e.overflow for e in eps])),
+            # episodes cut by a dead or hung env worker (EnvPool logs each failure)
+            "rollout/env_failure_rate": float(np.mean([e.env_failure for e in eps])),
             "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             # real tokens / slots over all the iteration's update batches
