@@ -9,7 +9,7 @@ Only committed checkpoints are ever read: orbax (0.12, local disk) writes a step
 ``<step>.orbax-checkpoint-tmp-<time>/`` and renames it to ``<step>/`` once every file is written
 (``AtomicRenameTemporaryPath.finalize``); ``CheckpointManager`` lists only folders whose name
 is a bare step number (``step._build_metadata`` -> ``is_path_finalized``), so a save cut short
-by a kill is invisible, and its temporary folder is deleted when the next manager starts.
+by a kill is invisible, and its temporary folder is deleted when the next training run starts.
 
 Orbax does not notice every damaged file (a changed byte of an array's data file loads as a
 wrong number), so after orbax commits a step this module records each file's size and CRC-32 in
@@ -86,12 +86,15 @@ def sums_problem(step_dir: str) -> str | None:
 class Checkpointer:
     """Saves/restores ``{"state": pytree, "meta": json}`` under ``workdir/checkpoints``."""
 
-    def __init__(self, workdir: str, max_to_keep: int = 2):
+    def __init__(self, workdir: str, max_to_keep: int = 2, *, writer: bool = True):
+        """``writer``: the run that saves here (it holds the workdir lock) deletes temporary
+        folders left by a save cut short; a reader (evaluation beside a running training)
+        leaves them, since one may be a save in progress."""
         self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                                 cleanup_tmp_directories=True),
+                                                 cleanup_tmp_directories=writer),
         )
 
     def step_dir(self, step: int) -> str:

@@ -122,7 +122,7 @@ class AgentTrainer(abc.ABC):
                                                            self.critic_opt)
                           for phase, opt in ((SFT, self.sft_opt), (RL, self.rl_opt))}
         self.setup_steps()
-        self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep)
+        self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep, writer=training)
         self.shapes_seen: dict[str, set[tuple[int, ...]]] = {}
         if not training:
             return
