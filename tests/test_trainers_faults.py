@@ -167,6 +167,7 @@ class SigtermAt:
 
         def evaluate(trainer, params, pool, title, **kw):
             kill("start_eval" if title.startswith("evaluation of the start") else
+                 "periodic_eval" if title.startswith("evaluation at RL iteration") else
                  "final_eval" if title.startswith("final") else None)
             return orig_eval(trainer, params, pool, title, **kw)
 
@@ -194,15 +195,16 @@ class SigtermAt:
 def test_sigterm_in_every_phase_saves_and_the_reruns_end_as_uninterrupted(
         reference, tmp_path, monkeypatch):
     """One run, stopped by a real SIGTERM in each phase in turn (game generation, SFT, the
-    starting evaluation, an RL rollout, an RL update, the final evaluation), each rerun resuming
-    from what the stop saved, ends with the uninterrupted run's params, evaluations and
-    metrics."""
+    starting evaluation, an RL rollout, an RL update, a periodic evaluation, the final
+    evaluation), each rerun resuming from what the stop saved, ends with the uninterrupted run's
+    params, evaluations and metrics. (Periodic evaluations, on here, leave training as it is.)"""
     at = SigtermAt(monkeypatch)
     games = str(tmp_path / "games")   # a fresh cache: generation is a phase too
-    c = tiny(games, **{"games.gen_workers": 1})
+    c = tiny(games, **{"games.gen_workers": 1, "eval.every_iters": 1})
     workdir = str(tmp_path / "w")
     seen = []
-    for phase in ("games", "sft", "start_eval", "rollout", "update", "final_eval"):
+    for phase in ("games", "sft", "start_eval", "rollout", "update", "periodic_eval",
+                  "final_eval"):
         at.phase = phase
         with pytest.raises(preemption.Preempted):
             run_lib.run(c, workdir)
@@ -212,13 +214,18 @@ def test_sigterm_in_every_phase_saves_and_the_reruns_end_as_uninterrupted(
         seen.append((phase, None if step is None else ckpt.read_meta()["phase"],
                      None if step is None else ckpt.read_meta()["iteration"]))
         ckpt.close()
-    # What each stop kept: no checkpoint before SFT; SFT's state mid-SFT and after it; RL
-    # iteration 1's rollout stops at the start of RL (its checkpoint), iteration 2's update
-    # finishes the iteration and saves; the final evaluation leaves the last iteration's state.
+    # What each stop kept: no checkpoint before SFT; SFT's state mid-SFT and after it; the
+    # first RL rollout stops at the start of RL (its checkpoint); the first RL update finishes
+    # its iteration and saves; the evaluation after it stays due, so it runs again on resume;
+    # the final evaluation leaves the last iteration's state.
     assert seen == [("games", None, None), ("sft", "sft", 0), ("start_eval", "sft", 0),
-                    ("rollout", "rl", 0), ("update", "rl", 1), ("final_eval", "rl", 2)], seen
+                    ("rollout", "rl", 0), ("update", "rl", 1), ("periodic_eval", "rl", 1),
+                    ("final_eval", "rl", 2)], seen
     out = run_lib.run(c, workdir)
     assert_same_run(reference, workdir, out)
+    recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+    evals = sorted(r["step"] for r in recs if "eval/eval_success" in r)
+    assert evals == sorted(rl_records(workdir)), evals   # one periodic evaluation per iteration
 
 
 def _train_cmd(workdir, games_dir, xla_cache):
