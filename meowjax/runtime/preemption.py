@@ -22,8 +22,12 @@ from typing import Iterator
 EXIT_STATUS = 75
 
 
-class Preempted(Exception):
-    """SIGTERM arrived: the state was saved; rerun the same command to resume."""
+class Preempted(BaseException):
+    """SIGTERM arrived: the state was saved; rerun the same command to resume.
+
+    A BaseException, as KeyboardInterrupt is: raised from the handler at any point, it must not
+    be swallowed by an ``except Exception`` on its way up (``logging`` catches and prints every
+    Exception raised while it writes a line)."""
 
 
 class _Stop:
