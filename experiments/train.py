@@ -43,9 +43,8 @@ def main(argv):
     xla_cache.enable(_CACHE.value)
     try:
         run_lib.run(_CONFIG.value, _WORKDIR.value)
-    except preemption.Preempted as e:
+    except preemption.Preempted:
         # Expected, not a crash: one line, no traceback, a status a scheduler can requeue on.
-        del e
         print(f"Stopped by SIGTERM; what was done is saved in {_WORKDIR.value}. Rerun the same "
               "command to resume.", file=sys.stderr, flush=True)
         sys.exit(preemption.EXIT_STATUS)

@@ -1,4 +1,4 @@
-"""SIGTERM (preemption, ``kill``, a scheduler's time limit) becomes a clean stop that keeps the work.
+"""SIGTERM (preemption, ``kill``, a time limit) becomes a clean stop that keeps the work.
 
 While the handler is installed (``on_sigterm``), a SIGTERM raises ``Preempted`` at once where
 stopping loses nothing that a rerun does not redo exactly (game generation, evaluation, a
