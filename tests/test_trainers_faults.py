@@ -228,6 +228,18 @@ def test_sigterm_in_every_phase_saves_and_the_reruns_end_as_uninterrupted(
     assert evals == sorted(rl_records(workdir)), evals   # one periodic evaluation per iteration
 
 
+def test_workdir_lock_refuses_a_second_holder_until_the_first_ends(tmp_path):
+    """flock locks belong to an open file, so a second hold conflicts even in one process."""
+    from meowjax.runtime import workdir_lock
+    with workdir_lock.hold(str(tmp_path)):
+        with pytest.raises(workdir_lock.WorkdirBusy,
+                           match=rf"Another run \(pid {os.getpid()}\) is using the workdir"):
+            with workdir_lock.hold(str(tmp_path)):
+                pass
+    with workdir_lock.hold(str(tmp_path)):   # released when the holder ends
+        pass
+
+
 def _train_cmd(workdir, games_dir, xla_cache):
     return [sys.executable, "-m", "experiments.train", "--config=configs/default.py:smoke=True",
             f"--workdir={workdir}", f"--compile_cache={xla_cache}", *tiny_flags(games_dir)]
