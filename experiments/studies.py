@@ -8,7 +8,8 @@
     python -m experiments.studies --study=algos --smoke --workdir=/tmp/algos_smoke
 
 Every cell is ``meowjax.trainers.run.run(config, <workdir>/<cell>)`` (rerunning resumes finished
-and partial cells from their checkpoints, so an interrupted sweep continues where it stopped).
+and partial cells from their checkpoints, so an interrupted sweep continues where it stopped;
+on SIGTERM the running cell saves its state and the sweep exits with status 75).
 The report (``<workdir>/report.md`` + results.json + plots/) gives mean success over seeds with
 bootstrap CIs on the held-out split of the training difficulty ("ID") and the harder split, and
 for the budget study success-vs-budget curves (Pass@(1,T) and Pass@(K_max,T), mean over seeds).
@@ -20,6 +21,7 @@ import dataclasses
 import itertools
 import json
 import os
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,7 +29,7 @@ from absl import app, flags, logging
 
 from configs import study_algos, textworld_budgetmix, textworld_fixed_budget
 from meowjax.eval import report, stats
-from meowjax.runtime import console, host_memory, xla_cache
+from meowjax.runtime import console, host_memory, preemption, workdir_lock, xla_cache
 
 STUDIES = ("algos", "budget")
 RESULT_FILE = "cell_result.json"
@@ -208,9 +210,17 @@ def main(argv):
     seeds = [int(s) for s in (F.seeds or (["0", "1"] if smoke else ["0", "1", "2"]))]
     estimators = F.estimators or (["rloo", "grpo"] if smoke else list(study_algos.ESTIMATORS))
     shares = [float(s) for s in (F.sft_shares or (["0.5"] if smoke else ["0", "0.25"]))]
-    path = run_study(F.study, F.workdir, smoke=smoke, seeds=seeds,
-                     estimators=estimators, rewards=F.rewards, sft_shares=shares,
-                     games_dir=F.games_dir)
+    try:
+        path = run_study(F.study, F.workdir, smoke=smoke, seeds=seeds,
+                         estimators=estimators, rewards=F.rewards, sft_shares=shares,
+                         games_dir=F.games_dir)
+    except preemption.Preempted:   # as experiments/train.py: one line, status 75
+        print(f"Stopped by SIGTERM; finished cells and the running cell's state are saved under "
+              f"{F.workdir}. Rerun the same command to continue.", file=sys.stderr, flush=True)
+        sys.exit(preemption.EXIT_STATUS)
+    except workdir_lock.WorkdirBusy as e:
+        print(e, file=sys.stderr, flush=True)
+        sys.exit(1)
     with open(path, encoding="utf-8") as f:
         print(f.read())
 

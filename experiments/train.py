@@ -4,18 +4,23 @@
     python -m experiments.train --config=configs/default.py:smoke=True --workdir=/tmp/smoke \
         --config.rl.estimator=grpo
 
-Rerunning the same command on the same workdir resumes from the latest checkpoint.
+Rerunning the same command on the same workdir resumes from the latest checkpoint (the newest
+one that loads: a damaged one is skipped with a warning). On SIGTERM the run saves its state,
+prints one line and exits with status 75 (EX_TEMPFAIL: rerun to resume); a second run on a
+workdir that one is using exits at once with status 1 and a message naming the running one's pid.
 
 The console shows one line per phase, progress bars and one line per RL iteration; every metric
 goes to <workdir>/metrics.jsonl and <workdir>/tb. `--verbosity=1` (`-v 1`) also prints every
 metric of every step and third-party INFO logging (orbax, jax); see meowjax/runtime/console.py.
 """
 
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from meowjax.trainers import run as run_lib
-from meowjax.runtime import console, host_memory, xla_cache
+from meowjax.runtime import console, host_memory, preemption, workdir_lock, xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Where checkpoints, logs and reports go.")
@@ -36,7 +41,16 @@ def main(argv):
     if _KEEP_MEMORY.value:
         logging.debug("host memory kept for reuse: %s", host_memory.keep_freed_memory())
     xla_cache.enable(_CACHE.value)
-    run_lib.run(_CONFIG.value, _WORKDIR.value)
+    try:
+        run_lib.run(_CONFIG.value, _WORKDIR.value)
+    except preemption.Preempted:
+        # Expected, not a crash: one line, no traceback, a status a scheduler can requeue on.
+        print(f"Stopped by SIGTERM; what was done is saved in {_WORKDIR.value}. Rerun the same "
+              "command to resume.", file=sys.stderr, flush=True)
+        sys.exit(preemption.EXIT_STATUS)
+    except workdir_lock.WorkdirBusy as e:
+        print(e, file=sys.stderr, flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

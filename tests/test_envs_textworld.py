@@ -337,3 +337,77 @@ def test_renamed_task_shows_new_names_and_wins_with_them(tw_games):
         pr.close()
     plain.close()
     env.close()
+
+
+# -- cache integrity and the generation lock ----------------------------------------------------
+TINY = GameSetSpec(kind="custom", split="test", num_games=2, world_size=1, nb_objects=2,
+                   quest_length=2)
+
+
+def test_corrupt_or_missing_game_is_made_again_at_load(tmp_path, caplog):
+    """Garbage in a .z8 (size kept) and a lost .json are found by the manifest's checksums and
+    made again, byte-identical to the originals; an old manifest without sums gets them."""
+    out = str(tmp_path)
+    tasks = generate_games(TINY, out, workers=1)
+    z8 = [open(t.path, "rb").read() for t in tasks]
+    js = [open(t.path.replace(".z8", ".json"), "rb").read() for t in tasks]
+    open(tasks[0].path, "wb").write(os.urandom(len(z8[0])))
+    os.remove(tasks[1].path.replace(".z8", ".json"))
+    with caplog.at_level("WARNING"):
+        again = generate_games(TINY, out, workers=1)
+    assert again == tasks
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "differs from the file that was generated" in warned and "-1.z8" in warned
+    assert "-2.json is missing" in warned
+    assert [open(t.path, "rb").read() for t in tasks] == z8
+    assert [open(t.path.replace(".z8", ".json"), "rb").read() for t in tasks] == js
+    # A manifest from before checksums: intact games gain sums, a damaged one is made again.
+    path = os.path.join(TINY.game_dir(out), "manifest.json")
+    manifest = json.load(open(path))
+    for g in manifest["games"]:
+        del g["sums"]
+    json.dump(manifest, open(path, "w"))
+    data = bytearray(z8[1])
+    data[len(data) // 2] ^= 0xFF
+    open(tasks[1].path, "wb").write(bytes(data))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert generate_games(TINY, out, workers=1) == tasks
+    assert "Corrupt TextWorld story file" in caplog.text and "-2.z8" in caplog.text
+    assert open(tasks[1].path, "rb").read() == z8[1]
+    assert all("sums" in g for g in json.load(open(path))["games"])
+
+
+_GENERATE = """
+import sys
+from meowjax.envs.textworld_games import GameSetSpec, generate_games
+spec = GameSetSpec(kind="custom", split="test", num_games=3, world_size=1, nb_objects=2,
+                   quest_length=2)
+tasks = generate_games(spec, sys.argv[1], workers=1, verbose=True)
+print("TASKS", [t.task_id for t in tasks])
+"""
+
+
+def test_lock_two_processes_generating_into_one_folder(tmp_path):
+    """Two processes generating one set concurrently: one makes the games, the other waits for
+    the folder's lock and reuses them; one complete set, every game intact."""
+    import subprocess
+    import sys
+
+    from meowjax.envs import game_cache
+    from meowjax.envs.textworld_env import check_game_file
+    procs = [subprocess.Popen([sys.executable, "-c", _GENERATE, str(tmp_path)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in outs]
+    made = [sum(" seed " in line for line in o.splitlines()) for o, _ in outs]
+    assert sorted(made) == [0, 3]
+    lists = [next(l for l in o.splitlines() if l.startswith("TASKS")) for o, _ in outs]
+    assert lists[0] == lists[1]
+    spec = GameSetSpec(kind="custom", split="test", num_games=3, world_size=1, nb_objects=2,
+                       quest_length=2)
+    manifest = json.load(open(os.path.join(spec.game_dir(str(tmp_path)), "manifest.json")))
+    assert [g["seed"] for g in manifest["games"]] == [1, 2, 3]
+    for g in manifest["games"]:
+        assert game_cache.entry_problem(g, spec.game_dir(str(tmp_path))) is None
+        check_game_file(os.path.join(spec.game_dir(str(tmp_path)), g["file"]))

@@ -101,14 +101,16 @@ def test_parallel_equals_in_process_on_textworld(tw_pool, tw_tasks):
     assert tw_pool.num_restarts == 0
 
 
-def test_killed_worker_is_reported_and_replaced(tw_pool, tw_tasks):
+def test_killed_worker_is_reported_and_replaced(tw_pool, tw_tasks, caplog):
     tasks = [tw_tasks[i % 2] for i in range(5)]  # slots 0, 2, 4 live in worker 0
     resets = tw_pool.reset(tasks, [20] * 5)
     plans = [r.walkthrough for r in resets]
     tw_pool.step([p[0] for p in plans])
     victim = tw_pool.worker_pids[0]
     os.kill(victim, signal.SIGKILL)
-    results = tw_pool.step([plans[0][1], plans[1][1], None, plans[3][1], None])
+    with caplog.at_level("WARNING"):
+        results = tw_pool.step([plans[0][1], plans[1][1], None, plans[3][1], None])
+    assert f"Env worker 0 (pid {victim}) failed" in caplog.text   # each failure is logged
     assert results[0].done and not results[0].won and results[0].info["env_failure"]
     assert results[2] is None and results[4] is None
     for i in (1, 3):

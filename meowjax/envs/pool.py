@@ -30,6 +30,8 @@ import time
 import traceback
 from typing import Any
 
+from absl import logging
+
 from meowjax.envs import registry
 from meowjax.envs.base import EnvError, ResetResult, StepResult, Task
 from meowjax.envs.registry import EnvSpec, make_env
@@ -298,7 +300,11 @@ class EnvPool:
         return True
 
     def _fail(self, w: int, pending: dict, replies: dict, why: str) -> None:
-        for slot in pending.pop(w):
+        slots = pending.pop(w)
+        logging.warning("Env worker %d (pid %s) failed: %s. Its episodes in flight (slots %s) "
+                        "end as env failures; the worker is restarted.", w,
+                        self._workers[w].pid, why, sorted(slots))
+        for slot in slots:
             replies[slot] = ("failure", f"{why} (worker pid {self._workers[w].pid})")
         self._restart(w)
 

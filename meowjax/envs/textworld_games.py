@@ -29,8 +29,9 @@ sft    40001  49999
 
 Layout: ``<out>/<name>/<split>/<name>-<split>-<seed>.z8`` (+ ``.json``, ``.ni``) and one
 ``manifest.json`` per game set listing the spec and, per game, seed, file, walkthrough and
-max score. A game set already on disk (manifest present, spec equal, files present) is reused;
-only missing games are made. A seed whose quest cannot be generated is skipped and recorded under
+max score and the checksums of its files. A game set already on disk (manifest present, spec
+equal, files intact: ``game_cache``) is reused; only missing or damaged games are made, one
+process at a time per folder. A seed whose quest cannot be generated is skipped and recorded under
 ``"skipped"``; the next seeds of the range fill in.
 """
 
@@ -50,6 +51,7 @@ from typing import Any
 
 import tqdm
 
+from meowjax.envs import game_cache
 from meowjax.envs.base import EnvError, Task
 from meowjax.envs.registry import EnvSpec, make_env
 
@@ -251,11 +253,6 @@ def _read_manifest(path: str, spec: GameSetSpec) -> dict[str, Any] | None:
     return manifest if same else None
 
 
-def _entry_ok(entry: dict[str, Any], game_dir: str) -> bool:
-    stem = os.path.join(game_dir, os.path.splitext(entry.get("file", ""))[0])
-    return "file" in entry and all(os.path.isfile(stem + ext) for ext in (".z8", ".json"))
-
-
 def _task(spec: GameSetSpec, entry: dict[str, Any], game_dir: str) -> Task:
     meta = {"difficulty": spec.name, "kind": spec.kind, "seed": entry["seed"],
             "walkthrough_len": entry["walkthrough_len"], "max_score": entry["max_score"]}
@@ -269,14 +266,22 @@ def generate_games(spec: GameSetSpec, out_dir: str, workers: int = 2,
     """Returns ``spec.num_games`` tasks, making (in ``workers`` processes) those not on disk.
 
     Deterministic: the same spec gives the same seeds and the same games. workers <= 1 makes
-    games in this process. Raises EnvError if the split's seed range runs out because too many
+    games in this process. Games whose files are missing or damaged are made again, with a
+    warning (``game_cache``); one process at a time generates into a folder (others wait,
+    then reuse its games). Raises EnvError if the split's seed range runs out because too many
     seeds fail quest generation (relax quest_length or add objects/rooms).
     """
     game_dir = spec.game_dir(out_dir)
     os.makedirs(game_dir, exist_ok=True)
+    with game_cache.locked(game_dir):
+        return _generate_locked(spec, game_dir, workers, verbose)
+
+
+def _generate_locked(spec: GameSetSpec, game_dir: str, workers: int,
+                     verbose: bool) -> list[Task]:
     manifest_path = os.path.join(game_dir, MANIFEST)
     manifest = _read_manifest(manifest_path, spec) or {}
-    done = {e["seed"]: e for e in manifest.get("games", []) if _entry_ok(e, game_dir)}
+    done = game_cache.intact_entries(manifest.get("games", []), game_dir)
     skipped = {e["seed"]: e for e in manifest.get("skipped", [])}
     first, last = SPLIT_SEED_RANGES[spec.split]
     seed = first + spec.seed_offset
@@ -312,13 +317,24 @@ def generate_games(spec: GameSetSpec, out_dir: str, workers: int = 2,
                 if "error" in entry:
                     skipped[entry["seed"]] = entry
                 else:
+                    stem = os.path.join(game_dir, os.path.splitext(entry["file"])[0])
+                    entry["sums"] = game_cache.file_sums(stem)
                     done[entry["seed"]] = entry
                     if bar is not None:
                         bar.update(1)
+                # Each game is kept as soon as it is made: a stopped run loses at most the
+                # games in flight.
+                _write_manifest(manifest_path, spec, done, skipped)
                 if verbose:
                     print(f"{spec.name}/{spec.split} seed {entry['seed']}: "
                           f"{entry.get('error') or entry['file']}", flush=True)
             chosen.extend(s for s in todo if s in done)
+    except BaseException:
+        if pool is not None:   # stopped (SIGTERM, an error): do not wait for queued games
+            pool.terminate()
+            pool.join()
+            pool = None
+        raise
     finally:
         if bar is not None:
             bar.close()
@@ -326,17 +342,17 @@ def generate_games(spec: GameSetSpec, out_dir: str, workers: int = 2,
             pool.close()
             pool.join()
     chosen = sorted(chosen)[:spec.num_games]
-    manifest = {"version": MANIFEST_VERSION, "name": spec.name, "split": spec.split,
-                "spec": dataclasses.asdict(spec), "tw_make_args": spec.tw_make_args(),
-                "games": [done[s] for s in sorted(done)],
-                "skipped": [skipped[s] for s in sorted(skipped)]}
-    # A per-process temporary name: runs sharing one cache folder (a sweep) each replace the
-    # manifest atomically instead of racing on one ".tmp" file.
-    tmp = f"{manifest_path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=1)
-    os.replace(tmp, manifest_path)
+    _write_manifest(manifest_path, spec, done, skipped)   # also records sums found missing
     return [_task(spec, done[s], game_dir) for s in chosen]
+
+
+def _write_manifest(path: str, spec: GameSetSpec, done: dict[int, dict[str, Any]],
+                    skipped: dict[int, dict[str, Any]]) -> None:
+    game_cache.write_manifest(path, {
+        "version": MANIFEST_VERSION, "name": spec.name, "split": spec.split,
+        "spec": dataclasses.asdict(spec), "tw_make_args": spec.tw_make_args(),
+        "games": [done[s] for s in sorted(done)],
+        "skipped": [skipped[s] for s in sorted(skipped)]})
 
 
 def load_game_set(game_dir: str) -> list[Task]:

@@ -75,6 +75,11 @@ class Trajectory:
     def overflow(self) -> bool:
         return bool(self.info.get("overflow", False))
 
+    @property
+    def env_failure(self) -> bool:
+        """The environment's worker died or hung: the episode ended without the game's say."""
+        return bool(self.info.get("env_failure", False))
+
 
 def make_turn(observation: str, action: str, reward: float, invalid: bool,
               logp: float) -> TurnRecord:

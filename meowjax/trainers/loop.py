@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import abc
 import os
-import signal
 import time
 from typing import Any, Sequence
 
@@ -38,7 +37,8 @@ from meowjax.models import value
 from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
-from meowjax.runtime import checkpoint, console, host_memory, metrics_log, placement
+from meowjax.runtime import checkpoint, console, host_memory, metrics_log, placement, preemption
+from meowjax.runtime.preemption import Preempted
 from meowjax.trainers import data, optim, returns, steps
 
 SFT, RL, DONE = "sft", "rl", "done"
@@ -46,10 +46,6 @@ SFT, RL, DONE = "sft", "rl", "done"
 # worth of units); "minibatch" = by its own count of units (rows), the usual token mean.
 LOSS_NORMS = ("iteration", "minibatch")
 SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, EVAL_RNG, RENAME_RNG = 1, 2, 3, 7, 9, 12
-
-
-class Preempted(Exception):
-    """SIGTERM arrived: the state was saved; rerun the same command to resume."""
 
 
 def host_rng(seed: int, *keys: int) -> np.random.Generator:
@@ -128,7 +124,7 @@ class AgentTrainer(abc.ABC):
                                                            self.critic_opt)
                           for phase, opt in ((SFT, self.sft_opt), (RL, self.rl_opt))}
         self.setup_steps()
-        self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep)
+        self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep, writer=training)
         self.shapes_seen: dict[str, set[tuple[int, ...]]] = {}
         if not training:
             return
@@ -143,7 +139,6 @@ class AgentTrainer(abc.ABC):
             self.units, temperature=c.policy.temperature, needs_ref=self.needs_ref,
             needs_critic=self.spec.needs_critic)
         self.writer = metrics_log.MetricsWriter(workdir)
-        self.preempted = False
         self.compile_clock = metrics_log.CompileClock()
 
     # ----- interface hooks -----------------------------------------------------------------
@@ -269,16 +264,22 @@ class AgentTrainer(abc.ABC):
         self.ckpt.save(int(meta["ckpt_index"]), {"state": state, "ref": ref}, meta)
 
     def restore_state(self):
-        """(state, ref, meta) from the latest checkpoint (restored onto the mesh shardings), or
-        a fresh start."""
+        """(state, ref, meta) from the newest checkpoint that loads (restored onto the mesh
+        shardings), or a fresh start."""
         meta = {"phase": SFT, "sft_step": 0, "iteration": 0, "ckpt_index": 0, "evals": {}}
         if self.ckpt.latest_step() is None:
             state = self._sft_state()
             return state, state.params, meta
-        phase = SFT if self.ckpt.read_meta()["phase"] == SFT else RL
-        target = placement.with_shardings(self._abstract_state(phase == RL),
-                                          self.shardings[phase].state)
-        restored, meta = self.ckpt.restore({"state": target, "ref": target.params})
+
+        def target_for(meta):
+            phase = SFT if meta["phase"] == SFT else RL
+            target = placement.with_shardings(self._abstract_state(phase == RL),
+                                              self.shardings[phase].state)
+            return {"state": target, "ref": target.params}
+
+        # A damaged newest checkpoint falls back to the one before (a warning names it); only
+        # a training run moves the damaged one aside, so evaluating never renames a run's files.
+        restored, meta = self.ckpt.restore_newest(target_for, set_aside=self.training)
         logging.info("Resumed from checkpoint: phase %s, sft_step %d, iteration %d",
                      meta["phase"], meta["sft_step"], meta["iteration"])
         return restored["state"], restored["ref"], meta
@@ -423,10 +424,11 @@ class AgentTrainer(abc.ABC):
                                      c.rollout.task_order, rng)
         tasks = self.rename(tasks, host_rng(c.seed, RENAME_RNG, it))
         budgets = budgets_for(c, len(tasks) * c.rollout.group_size, rng)
-        eps = self.play(state.params, pool, tasks, group_size=c.rollout.group_size,
-                        budgets=budgets, rng=rng, greedy=False,
-                        key=jax.random.fold_in(jax.random.key(c.seed), it),
-                        temperature=c.policy.temperature)
+        with preemption.interruptible():   # the state is unchanged until the update
+            eps = self.play(state.params, pool, tasks, group_size=c.rollout.group_size,
+                            budgets=budgets, rng=rng, greedy=False,
+                            key=jax.random.fold_in(jax.random.key(c.seed), it),
+                            temperature=c.policy.temperature)
         t_roll = time.time() - t0
         rows = self.update_rows(eps)
         refl, vals = self._old_terms(state, ref, rows)
@@ -479,6 +481,8 @@ class AgentTrainer(abc.ABC):
             "rollout/episode_turns": n_turns / len(eps),
             "rollout/invalid_rate": sum(e.invalid_count for e in eps) / max(1, n_turns),
             "rollout/overflow_rate": float(np.mean([e.overflow for e in eps])),
+            # episodes cut by a dead or hung env worker (EnvPool logs each failure)
+            "rollout/env_failure_rate": float(np.mean([e.env_failure for e in eps])),
             "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             # real tokens / slots over all the iteration's update batches
@@ -488,68 +492,128 @@ class AgentTrainer(abc.ABC):
 
     # ----- the schedule ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        """The schedule, under the SIGTERM handler (``runtime.preemption``): on ``Preempted``
+        the last consistent state (``_mark``) is saved, unless it already is, and the exception
+        goes on to the entry point."""
         c = self.c
         console.info("run %s: interface %s, estimator %s, %d SFT steps, %d RL iterations (%s), "
                      "in %s", c.name, self.interface, self.spec.name, self.sft_steps,
                      self.rl_iters, data.task_repeats(c, self.rl_iters), self.workdir)
-        state, ref, meta = self.restore_state()
-        pool = EnvPool(data.env_spec(c, admissible=self.needs_admissible),
-                       num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
-        old_handler = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "preempted", True))
+        pool, self._resume = None, None
         try:
-            if meta["phase"] == SFT:
+            with preemption.on_sigterm():
+                state, ref, meta = self.restore_state()
+                self._mark(state, ref, meta, saved=True)
+                pool = EnvPool(data.env_spec(self.c, admissible=self.needs_admissible),
+                               num_workers=self.c.env.num_workers,
+                               step_timeout_s=self.c.env.step_timeout_s)
+                try:
+                    return self._schedule(state, ref, meta, pool)
+                except Preempted:
+                    with preemption.deferred():
+                        self._save_resume_point()
+                    raise
+        finally:
+            if pool is not None:
+                pool.close()
+            self.ckpt.close()
+            self.writer.close()
+
+    @property
+    def preempted(self) -> bool:
+        """A SIGTERM arrived (set by the handler; tests set it to stop at a chosen point)."""
+        return preemption.requested()
+
+    @preempted.setter
+    def preempted(self, value: bool) -> None:
+        if value:
+            preemption.request()
+
+    def _mark(self, state, ref, meta, *, saved: bool = False) -> None:
+        """Records the last consistent (state, ref, meta): what a SIGTERM saves. Its buffers
+        stay valid until the next update step donates them, and every update step runs in a
+        deferred section that ends with a new mark."""
+        self._resume = (state, ref, dict(meta, evals=dict(meta["evals"])), saved)
+
+    def _save_resume_point(self) -> None:
+        if self._resume is None:   # stopped while restoring: the checkpoints are as they were
+            return
+        state, ref, meta, saved = self._resume
+        if not saved:
+            self._save(state, ref, meta)
+            self._resume = (state, ref, meta, True)
+        console.info("SIGTERM: state saved (phase %s, SFT step %d, RL iteration %d)",
+                     meta["phase"], meta["sft_step"], meta["iteration"])
+
+    def _schedule(self, state, ref, meta, pool) -> dict[str, Any]:
+        c = self.c
+        if meta["phase"] == SFT:
+            with preemption.deferred():
                 state = self._sft(state, meta)
-                host_memory.release_free_memory()
-                if self.preempted:
-                    self._save(state, state.params, meta)
-                    raise Preempted(f"SIGTERM during SFT at step {meta['sft_step']}; saved.")
-                meta["evals"]["start"] = self.evaluate(
-                    state.params, pool, "evaluation of the starting policy",
-                    sampled=c.eval.sample_start)
+                self._mark(state, state.params, meta)
+            host_memory.release_free_memory()
+            if self.preempted:
+                raise Preempted(f"SIGTERM during SFT at step {meta['sft_step']}; saved.")
+            meta["evals"]["start"] = self.evaluate(
+                state.params, pool, "evaluation of the starting policy",
+                sampled=c.eval.sample_start)
+            with preemption.deferred():
                 meta["phase"] = RL
                 ref = self.place.params(_copy_tree(state.params))  # pg_step donates
                 state = self._rl_state(state.params)
                 self._save(state, ref, meta)
-            # No plain progress lines off a terminal: each iteration prints its own, with the ETA.
-            with console.Progress("RL", self.rl_iters, "iter", initial=meta["iteration"],
-                                  plain_every_s=None) as bar:
-                while meta["phase"] == RL and meta["iteration"] < self.rl_iters:
+                self._mark(state, ref, meta, saved=True)
+        # No plain progress lines off a terminal: each iteration prints its own, with the ETA.
+        with console.Progress("RL", self.rl_iters, "iter", initial=meta["iteration"],
+                              plain_every_s=None) as bar:
+            while meta["phase"] == RL:
+                if meta.get("eval_due"):   # a periodic evaluation (again, if a SIGTERM cut it)
+                    self._periodic_eval(state, pool, meta)
+                    self._mark(state, ref, meta, saved=False)
+                if meta["iteration"] >= self.rl_iters:
+                    break
+                with preemption.deferred():   # the rollout inside stays interruptible
                     state, m = self._rl_iteration(state, ref, pool, meta["iteration"])
-                    host_memory.release_free_memory()  # kept host memory: once per iteration
                     meta["iteration"] += 1
-                    step = self.sft_steps + meta["iteration"]
-                    self.writer.write(step, m)
-                    bar.update(1, success=m["rollout/success"])
-                    console.info("%s", console.rl_line(meta["iteration"], self.rl_iters, m,
-                                                       bar.eta()))
-                    if c.eval.every_iters and meta["iteration"] % c.eval.every_iters == 0:
-                        e = self.evaluate(state.params, pool,
-                                          f"evaluation at RL iteration {meta['iteration']}",
-                                          sampled=False)
-                        self.writer.write(step, {f"eval/{k}_success": v["success"]
-                                                 for k, v in e.items() if "success" in v})
-                    if self.preempted or meta["iteration"] % c.checkpoint.every_iters == 0:
+                    meta["eval_due"] = bool(c.eval.every_iters
+                                            and meta["iteration"] % c.eval.every_iters == 0)
+                    self.writer.write(self.sft_steps + meta["iteration"], m)
+                    self._mark(state, ref, meta)
+                host_memory.release_free_memory()  # kept host memory: once per iteration
+                bar.update(1, success=m["rollout/success"])
+                console.info("%s", console.rl_line(meta["iteration"], self.rl_iters, m,
+                                                   bar.eta()))
+                if self.preempted or meta["iteration"] % c.checkpoint.every_iters == 0:
+                    with preemption.deferred():
                         self._save(state, ref, meta)
-                    if self.preempted:
-                        raise Preempted(f"SIGTERM at RL iteration {meta['iteration']}; saved.")
-            if meta["phase"] == RL:
-                console.info("RL: %d/%d iterations, in %.1f s", meta["iteration"], self.rl_iters,
-                             bar.elapsed())
-                meta["evals"]["final"] = self.evaluate(state.params, pool, "final evaluation",
-                                                       sampled=True)
+                        self._mark(state, ref, meta, saved=True)
+                if self.preempted:
+                    raise Preempted(f"SIGTERM at RL iteration {meta['iteration']}; saved.")
+        if meta["phase"] == RL:
+            console.info("RL: %d/%d iterations, in %.1f s", meta["iteration"], self.rl_iters,
+                         bar.elapsed())
+            meta["evals"]["final"] = self.evaluate(state.params, pool, "final evaluation",
+                                                   sampled=True)
+            with preemption.deferred():
                 meta["phase"] = DONE
                 self._save(state, ref, meta)
-            logging.debug("batch shapes per jitted function (one compile each): %s",
-                          {k: sorted(v) for k, v in self.shapes_seen.items()})
-            cc = self.compile_clock.snapshot()
-            logging.info("XLA: %d compiles (%d loaded from the persistent cache, saving %.1f s), "
-                         "%.1f s compiling, %.1f s tracing/lowering (all jitted functions, "
-                         "rollouts and evaluation included)", cc["compiles"], cc["cache_hits"],
-                         cc["cache_saved_s"], cc["compile_s"], cc["trace_s"])
-            return {"plan": self.plan, "sft_rows": len(self.sft_rows), "rl_iters": self.rl_iters,
-                    "evals": meta["evals"], "state": state, "ref": ref}
-        finally:
-            signal.signal(signal.SIGTERM, old_handler)
-            pool.close()
-            self.ckpt.close()
-            self.writer.close()
+                self._mark(state, ref, meta, saved=True)
+        logging.debug("batch shapes per jitted function (one compile each): %s",
+                      {k: sorted(v) for k, v in self.shapes_seen.items()})
+        cc = self.compile_clock.snapshot()
+        logging.info("XLA: %d compiles (%d loaded from the persistent cache, saving %.1f s), "
+                     "%.1f s compiling, %.1f s tracing/lowering (all jitted functions, "
+                     "rollouts and evaluation included)", cc["compiles"], cc["cache_hits"],
+                     cc["cache_saved_s"], cc["compile_s"], cc["trace_s"])
+        return {"plan": self.plan, "sft_rows": len(self.sft_rows), "rl_iters": self.rl_iters,
+                "evals": meta["evals"], "state": state, "ref": ref}
+
+    def _periodic_eval(self, state, pool, meta) -> None:
+        """Evaluation every ``eval.every_iters`` RL iterations; its success rates go to the
+        metrics at the iteration's step."""
+        e = self.evaluate(state.params, pool, f"evaluation at RL iteration {meta['iteration']}",
+                          sampled=False)
+        self.writer.write(self.sft_steps + meta["iteration"],
+                          {f"eval/{k}_success": v["success"] for k, v in e.items()
+                           if "success" in v})
+        meta["eval_due"] = False

@@ -11,7 +11,7 @@ import ml_collections
 import numpy as np
 
 from meowjax.eval import passk, report
-from meowjax.runtime import console
+from meowjax.runtime import console, preemption, workdir_lock
 from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
 
@@ -140,8 +140,14 @@ def _curve_sections(workdir: str) -> list[Any]:
 
 
 def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Trains (or resumes) the run of ``c`` in ``workdir`` and writes its report.
+
+    Holds the workdir's lock throughout (``runtime.workdir_lock``: a second run on it raises
+    WorkdirBusy) and the SIGTERM handler from game generation on (``runtime.preemption``: a
+    SIGTERM raises Preempted once the state is saved)."""
     t0 = time.time()
-    out = trainer_class(c.policy.interface)(c, workdir).run()
+    with workdir_lock.hold(workdir), preemption.on_sigterm():
+        out = trainer_class(c.policy.interface)(c, workdir).run()
     path = write_run_report(c, workdir, out, time.time() - t0)
     with open(path, encoding="utf-8") as f:
         print(f.read())
