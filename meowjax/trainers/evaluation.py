@@ -1,0 +1,110 @@
+"""Evaluation during training: greedy success on the held-out splits, Pass@(K,T) and per-turn
+diagnostics from sampled episodes, and the one evaluation player that the evaluate CLI uses too.
+
+``Evaluation`` is a mixin of ``loop.AgentTrainer``: it reads the trainer's config (``c``), game
+sets (``sets``), rollout batch (``batch_rows``), metrics writer and its ``play`` hook.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from absl import logging
+
+from meowjax.envs.base import EnvError
+from meowjax.eval import outcomes, passk, traces
+from meowjax.rollout import trajectory
+from meowjax.runtime import console
+from meowjax.trainers import data
+
+EVAL_RNG = 9  # host randomness of evaluations: default_rng([seed, EVAL_RNG, ...])
+
+
+class Evaluation:
+    """The evaluation methods of a trainer (see the module doc)."""
+
+    def evaluate(self, params, pool, title: str, *, sampled: bool) -> dict[str, Any]:
+        """Greedy success on both held-out splits; Pass@(K,T) from sampled episodes. ``title``
+        heads its console line."""
+        c = self.c
+        t0 = time.time()
+        out: dict[str, Any] = {}
+        kw = dict(budget=c.turns.eval_max_turns, seed=c.seed)
+        for split in ("eval", "eval_hard"):
+            tasks = self.sets[split]
+            if not tasks:
+                continue
+            out[split] = outcomes.success_summary(self.play_tasks(params, pool, tasks, samples=1,
+                                                         greedy=True, desc=split, **kw))
+            if sampled and split == "eval" and c.eval.num_samples > 0:
+                trajs = self.play_tasks(params, pool, tasks, samples=c.eval.num_samples,
+                                        greedy=False, desc=f"{split} sampled", **kw)
+                out["pass_at_k_t"] = passk.estimate_pass_at_k_t(
+                    outcomes.by_task(trajs), c.eval.pass_ks, c.eval.pass_ts,
+                    mode="single_run").to_json()
+                out["diagnostics"] = self.turn_diagnostics(tasks, trajs)
+        console.info("%s", console.eval_line(
+            title, {f"{k} {data.difficulty_name(c, k == 'eval_hard')}": v
+                    for k, v in out.items() if "success" in v},
+            time.time() - t0, pass_at_k_t=out.get("pass_at_k_t")))
+        return out
+
+    def turn_diagnostics(self, tasks, trajs) -> dict[str, Any] | None:
+        """Per-turn diagnostics of sampled evaluation episodes (``eval.traces``); None, with a
+        warning, for a family without expert plans to replay against."""
+        budget = self.c.turns.eval_max_turns
+        try:
+            found = traces.replay_traces(self.c.env.family, tasks, trajs, budget)
+        except EnvError as e:
+            logging.warning("no per-turn diagnostics: %s", e)
+            return None
+        # JSON-able, NaN (no episode to measure) as None: evaluations compare equal on resume.
+        nan_none = lambda x: None if isinstance(x, float) and x != x else x  # noqa: E731
+        return {k: ([nan_none(x) for x in v.tolist()] if isinstance(v, np.ndarray)
+                    else nan_none(v)) for k, v in traces.diagnostics(found, budget).items()}
+
+    @property
+    def eval_temperature(self) -> float:
+        """Sampled evaluation episodes (Pass@(K,T)) run at ``policy.eval_temperature``, or at
+        the training temperature when it is unset."""
+        t = self.c.policy.eval_temperature
+        return self.c.policy.temperature if t is None else t
+
+    def play_tasks(self, params, pool, tasks: Sequence[Any], *, samples: int, budget: int,
+                   greedy: bool, seed: int, stream: int = 0,
+                   desc: str = "eval") -> list[trajectory.Trajectory]:
+        """The one evaluation player: the trainer's evaluations and ``trainers.evaluate`` (the
+        evaluate CLI) both call it. ``samples`` episodes per task at turn budget ``budget``,
+        in chunks of at most one rollout batch; greedy, or sampled at ``eval_temperature``.
+
+        Randomness: host ``default_rng([seed, EVAL_RNG])`` (greedy) or ``default_rng([seed,
+        EVAL_RNG, 1 + stream])`` (sampled), device ``fold_in(key(seed), 10_000_000 + stream)`` folded with
+        each chunk's start; ``stream`` separates several sampled evaluations of one seed (the
+        per-budget Pass@(K,T) mode plays one per budget). ``desc`` names its progress bar."""
+        rng = (np.random.default_rng([seed, EVAL_RNG]) if greedy
+               else np.random.default_rng([seed, EVAL_RNG, 1 + stream]))
+        key = jax.random.fold_in(jax.random.key(seed), 10_000_000 + stream)
+        trajs = []
+        per_chunk = max(1, self.batch_rows // samples)
+        with console.Progress(desc, len(tasks) * samples, "episode") as bar:
+            for start in range(0, len(tasks), per_chunk):
+                chunk = list(tasks[start:start + per_chunk])
+                trajs += self.play(params, pool, chunk, group_size=samples,
+                                   budgets=[budget] * (len(chunk) * samples), rng=rng,
+                                   greedy=greedy, key=jax.random.fold_in(key, start),
+                                   temperature=self.eval_temperature)
+                bar.update(len(chunk) * samples)
+        return trajs
+
+    def _periodic_eval(self, state, pool, meta) -> None:
+        """Evaluation every ``eval.every_iters`` RL iterations; its success rates go to the
+        metrics at the iteration's step."""
+        e = self.evaluate(state.params, pool, f"evaluation at RL iteration {meta['iteration']}",
+                          sampled=False)
+        self.writer.write(self.sft_steps + meta["iteration"],
+                          {f"eval/{k}_success": v["success"] for k, v in e.items()
+                           if "success" in v})
+        meta["eval_due"] = False
