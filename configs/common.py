@@ -71,8 +71,12 @@ def base_config() -> ml_collections.ConfigDict:
         interface="score", window=placeholder(int), history=False, max_cands=48,
         score_norm="sum", temperature=1.0, eval_temperature=placeholder(float),
         max_action_tokens=12))
+    # kv_reuse (free-text interface): each episode keeps its KV cache across turns and a turn
+    # prefills only the environment's reply (linear in turns); False re-prefills the whole
+    # conversation every turn (quadratic). Both draw the same tokens (meowjax.rollout.episodes).
     c.rollout = ml_collections.ConfigDict(dict(
-        length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4))
+        length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4,
+        kv_reuse=True))
 
     # SFT -> RL under one budget: an SFT demonstration costs sft_demo_cost RL episodes.
     # sft.lm_coef / rl.lm_coef: weight of an auxiliary next-token loss on the prompt text

@@ -79,7 +79,8 @@ class TextTrainer(loop.AgentTrainer):
         eps = episodes.collect_episodes(
             self.sampler, params, pool, self.tok, tasks, group_size=group_size, max_turns=budgets,
             max_context=max(c.rollout.length_buckets), max_action_tokens=c.policy.max_action_tokens,
-            temperature=temperature, greedy=greedy, rng=key, fmt=self.fmt)
+            temperature=temperature, greedy=greedy, rng=key, fmt=self.fmt,
+            kv_reuse=c.rollout.kv_reuse)
         return [episodes.to_trajectory(e) for e in eps]
 
     def update_rows(self, trajs):
