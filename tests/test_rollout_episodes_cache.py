@@ -3,9 +3,15 @@ turn: the same tokens and log-probs, bounded compiles, batch shrinking, compacti
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
+from conftest import CPU_COLLECTIVE_FLAGS
 
 from meowjax.models import lm
 from meowjax.models.config import get_preset
@@ -154,3 +160,58 @@ def test_episode_cache_turns_equal_generate_grow_compact_shrink(model, tok, gree
         live = [0, 2] if turn < 2 else [2]
     assert caches.stats.grows == 1 and caches.stats.compactions == 1
     assert caches.stats.shrinks == 2
+
+
+_SHARDED_SCRIPT = """
+import json, sys
+sys.path.insert(0, "tests")
+import jax, numpy as np
+from meowjax import sharding
+from meowjax.models import lm
+from meowjax.models.config import get_preset
+from meowjax.rollout import episode_cache, episodes
+from meowjax.rollout.sampler import Sampler
+from meowjax.rollout.tokenizer import train_bpe_tokenizer
+from test_rollout_episodes import GAME_TEXT, InProcessPool, tasks
+
+assert jax.device_count() == 8, jax.devices()
+tok = train_bpe_tokenizer(GAME_TEXT, vocab_size=320)
+cfg = get_preset("tiny", vocab_size=len(tok), dtype="float32")
+p = lm.init_params(cfg, jax.random.PRNGKey(1))
+params = dict(p, layers=jax.tree.map(lambda x: x * 5.0 if x.ndim > 2 else x, p["layers"]))
+mesh = sharding.make_mesh([("data", 4), ("fsdp", 1), ("tensor", 2)])
+params_s = sharding.shard_params(params, lm.logical_axes(cfg), mesh)
+make = lambda **kw: Sampler(cfg, prompt_buckets=(128, 256, 512), batch_buckets=(1, 2, 4, 8),
+                            max_new_tokens=6, pad_id=tok.pad_token_id, **kw)
+sharded = make(mesh=mesh, row_axes=sharding.batch_axes(mesh))
+out = {}
+for name, sampler, weights in (("one", make(), params), ("mesh", sharded, params_s)):
+    eps = episodes.collect_episodes(
+        sampler, weights, InProcessPool(), tok, tasks(3), group_size=2, max_turns=[2, 4, 6],
+        max_context=512, max_action_tokens=6, temperature=0.7, greedy=True,
+        rng=jax.random.PRNGKey(7), kv_reuse=True)
+    out[name] = dict(tokens=[e.tokens.tolist() for e in eps],
+                     logp=[e.sample_logp.tolist() for e in eps])
+caches = episode_cache.EpisodeCaches(sharded, 8, max_context=512, max_new_tokens=6)
+caches.turn(params_s, list(range(8)), [[5, 6, 7]] * 8, jax.random.PRNGKey(0), max_new_tokens=6)
+k = caches.groups[0].cache.k_NBSKD
+out["k_spec"] = str(k.sharding.spec)
+out["k_shard_rows"] = k.addressable_shards[0].data.shape[1]
+print(json.dumps(out))
+"""
+
+
+def test_cache_turns_sharded_rows_equal_one_device():
+    """8 CPU devices, mesh data=4 x tensor=2: the kept cache's rows are split over the data
+    axis, and greedy cached episodes equal the one-device ones (log-probs to rounding)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root, XLA_FLAGS=(
+        "--xla_force_host_platform_device_count=8 " + CPU_COLLECTIVE_FLAGS))
+    proc = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["k_shard_rows"] == 2 and "data" in out["k_spec"]
+    assert out["mesh"]["tokens"] == out["one"]["tokens"]
+    for a, b in zip(out["mesh"]["logp"], out["one"]["logp"]):
+        np.testing.assert_allclose(a, b, atol=1e-5)

@@ -111,7 +111,9 @@ class EpisodeCache:
         slots, compact = self._plan_slots(new_len, steps)
         if self.cache is None:
             self.rows = live + [None] * (batch - len(live))
-            self.cache = lm.init_cache(self.sampler.cfg, batch, slots, self.sampler.cache_dtype)
+            cache = lm.init_cache(self.sampler.cfg, batch, slots, self.sampler.cache_dtype)
+            shardings = self.sampler.cache_shardings(batch)
+            self.cache = cache if shardings is None else jax.device_put(cache, shardings)
             return
         shrink = batch < len(self.rows)
         if not (shrink or compact or slots != self.slots):

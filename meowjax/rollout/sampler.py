@@ -190,6 +190,9 @@ class Sampler:
         weights in device memory). Costs: a transposed copy of the weights during each call,
         and a longer compile (its layers are unrolled: SmolLM2-135M's generate compiles in
         about 15 s instead of 4 on the dev VM).
+      mesh, row_axes: data-parallel rows: the KV cache's row dim is split over the mesh axes
+        ``row_axes`` (e.g. ("data", "fsdp")) when the batch bucket divides their product, else
+        replicated; the weights keep whatever sharding they come with. None: no constraint.
     """
 
     # One sampling step (a class attribute so a benchmark can time another step in its place).
@@ -199,7 +202,8 @@ class Sampler:
         self, cfg: ModelConfig, *, prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
         batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS, max_new_tokens: int = 256,
         pad_id: int | None = None, cache_dtype: Any = None,
-        feature_major_decode: bool | None = None,
+        feature_major_decode: bool | None = None, mesh: jax.sharding.Mesh | None = None,
+        row_axes: Sequence[str] = (),
     ):
         if not prompt_buckets or not batch_buckets:
             raise ValueError("Sampler needs at least one prompt bucket and one batch bucket.")
@@ -212,6 +216,7 @@ class Sampler:
         if feature_major_decode is None:
             feature_major_decode = jax.default_backend() == "cpu"
         self.feature_major_decode = bool(feature_major_decode)
+        self.mesh, self.row_axes = mesh, tuple(row_axes)
         self.num_compiles = 0
         self._generate_jit = jax.jit(self._generate_device, static_argnames=("max_new_tokens",))
         # Programs of the per-episode cache (`rollout.episode_cache`), counted per kind.
@@ -221,6 +226,23 @@ class Sampler:
                                         static_argnames=("max_new_tokens",))
         self.cache_relayout_jit = jax.jit(self._cache_relayout_device,
                                           static_argnames=("slots", "compact"))
+
+    def cache_shardings(self, batch: int) -> lm.KVCache | None:
+        """Shardings of a [N, B, S, K, D] cache with rows split over ``row_axes`` (None when no
+        mesh; rows replicated when ``batch`` does not divide over them)."""
+        if self.mesh is None:
+            return None
+        shards = int(np.prod([self.mesh.shape[a] for a in self.row_axes]))
+        rows = self.row_axes if self.row_axes and batch % shards == 0 else None
+        named = lambda *spec: jax.sharding.NamedSharding(self.mesh,
+                                                         jax.sharding.PartitionSpec(*spec))
+        return lm.KVCache(k_NBSKD=named(None, rows), v_NBSKD=named(None, rows),
+                          mask_BS=named(rows), index=named())
+
+    def constrain_cache(self, cache: lm.KVCache) -> lm.KVCache:
+        """``cache`` under `cache_shardings` (inside jit; the identity without a mesh)."""
+        shardings = self.cache_shardings(cache.mask_BS.shape[0])
+        return cache if shardings is None else jax.lax.with_sharding_constraint(cache, shardings)
 
     def _prefill(self, params, tokens_BP, positions_BP, cache, mask_BP):
         """(logits_BV at the last prompt slot, cache) after writing the prompts into the cache.
@@ -238,7 +260,8 @@ class Sampler:
         self.num_compiles += 1
         batch, prompt_len = tokens_BP.shape
         positions_BP = lm.positions_from_mask(mask_BP)
-        cache = lm.init_cache(self.cfg, batch, prompt_len + max_new_tokens, self.cache_dtype)
+        cache = self.constrain_cache(
+            lm.init_cache(self.cfg, batch, prompt_len + max_new_tokens, self.cache_dtype))
         logits_BV, cache = self._prefill(params, tokens_BP, positions_BP, cache, mask_BP)
         next_position_B = jnp.sum(mask_BP, axis=-1).astype(jnp.int32)
         out, _, _ = self.decode_loop(params, cache, logits_BV, next_position_B, ~live_B,
@@ -336,21 +359,25 @@ class Sampler:
         chex.assert_equal_shape([tokens_BL, mask_BL])
         chex.assert_shape(position_B, tokens_BL.shape[:1])
         positions_BL = position_B[:, None] + lm.positions_from_mask(mask_BL)
-        return self._prefill(params, tokens_BL, positions_BL, cache, mask_BL)
+        logits_BV, cache = self._prefill(params, tokens_BL, positions_BL,
+                                         self.constrain_cache(cache), mask_BL)
+        return logits_BV, self.constrain_cache(cache)
 
     def _cache_relayout_device(self, cache, rows_R, index, *, slots: int, compact: bool):
         """`_relayout_cache`, counted."""
         self.cache_compiles["relayout"] += 1
-        return _relayout_cache(cache, rows_R, index, slots=slots, compact=compact)
+        return self.constrain_cache(_relayout_cache(cache, rows_R, index, slots=slots,
+                                                    compact=compact))
 
     def _cache_decode_device(self, params, cache, logits_BV, position_B, live_B, row_ids_B, rng,
                              temperature, top_p, greedy, stop_ids_S, *, max_new_tokens: int):
         """`decode_loop` on a kept cache; rows without ``live_B`` start finished. Returns
         (outputs, cache, fed_B). One compile per (batch bucket, cache bucket)."""
         self.cache_compiles["decode"] += 1
-        return self.decode_loop(params, cache, logits_BV, position_B, ~live_B, row_ids_B, rng,
-                                temperature, top_p, greedy, stop_ids_S,
-                                max_new_tokens=max_new_tokens)
+        out, cache, fed_B = self.decode_loop(
+            params, self.constrain_cache(cache), logits_BV, position_B, ~live_B, row_ids_B, rng,
+            temperature, top_p, greedy, stop_ids_S, max_new_tokens=max_new_tokens)
+        return out, self.constrain_cache(cache), fed_B
 
     def _pad_prompts(self, prompts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Prompts left-padded to (batch bucket, prompt bucket): (tokens_BP, mask_BP)."""
