@@ -207,8 +207,10 @@ def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, 
             runs[name] = run
             if steps == 1:
                 tok, mask = sampler._pad_prompts(prompts)
+                rows = np.arange(tok.shape[0], dtype=np.int32)
                 compiled = sampler._generate_jit.lower(
-                    params, tok, mask, jax.random.key(0), np.float32(1), np.float32(1),
+                    params, tok, mask, rows, rows < len(prompts), jax.random.key(0),
+                    np.float32(1), np.float32(1),
                     np.bool_(True), np.full(8, -1, np.int32), max_new_tokens=1).compile()
                 out[f"temp_mib_{name}"] = compiled.memory_analysis().temp_size_in_bytes / 2**20
         key = "prefill" if steps == 1 else "generate"
