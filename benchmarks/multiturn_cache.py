@@ -10,7 +10,7 @@ same batch, run once with ``kv_reuse=True`` and once with ``kv_reuse=False`` in 
 
 One rollout of T = max(--turns) turns per path; each turn's sampler call (`Sampler.generate`
 or `EpisodeCaches.turn`: prefill, decode, the one host transfer) is timed, minus the time JAX
-spent tracing and compiling inside it (`jax.monitoring` compile events; reported apart), so
+spent tracing and compiling inside it (`runtime.metrics_log.CompileClock`; reported apart), so
 every turn is a steady-state reading. The first k turns of that rollout are a k-turn rollout,
 so its time at k = 4, 12, 24 is the cumulative sum of the first k turns:
 
@@ -26,7 +26,6 @@ action runs to --action_tokens, the replies are scripted).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import time
 from typing import Any
@@ -41,6 +40,7 @@ from meowjax.models import lm
 from meowjax.rollout import episode_cache, episodes
 from meowjax.rollout.sampler import Sampler
 from meowjax.rollout.tokenizer import train_bpe_tokenizer
+from meowjax.runtime import metrics_log
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks-history.md")
 WORDS = ("you are in the kitchen a door leads north east south west there is a table with an "
@@ -86,37 +86,24 @@ class ReplyPool:
         return [None if a is None else e.step(a) for e, a in zip(self.envs, actions)]
 
 
-class CompileClock:
-    """Seconds JAX spends tracing, lowering and compiling while it listens."""
-
-    def __init__(self):
-        self.seconds = 0.0
-
-    def __call__(self, event: str, duration: float, **_) -> None:
-        if event.startswith("/jax/core/compile") or "compile" in event and "cache" not in event:
-            self.seconds += duration
-
-    @contextlib.contextmanager
-    def listening(self):
-        jax.monitoring.register_event_duration_secs_listener(self)
-        try:
-            yield self
-        finally:
-            jax.monitoring.unregister_event_duration_listener(self)
+def compile_seconds(clock: metrics_log.CompileClock) -> float:
+    """Seconds JAX spent tracing, lowering and compiling since ``clock`` started."""
+    snap = clock.snapshot()
+    return snap["compile_s"] + snap["trace_s"]
 
 
 class TurnTimer:
     """Wraps a sampler call: per call (turn) its wall seconds minus the compile seconds in it."""
 
-    def __init__(self, fn, clock: CompileClock):
+    def __init__(self, fn, clock: metrics_log.CompileClock):
         self.fn, self.clock = fn, clock
         self.turn_s: list[float] = []
         self.compile_s = 0.0
 
     def __call__(self, *args, **kwargs):
-        compiled, start = self.clock.seconds, time.perf_counter()
+        compiled, start = compile_seconds(self.clock), time.perf_counter()
         out = self.fn(*args, **kwargs)   # returns host numpy: the device work is done
-        spent = self.clock.seconds - compiled
+        spent = compile_seconds(self.clock) - compiled
         self.turn_s.append(time.perf_counter() - start - spent)
         self.compile_s += spent
         return out
@@ -129,7 +116,7 @@ def run_path(kv_reuse: bool, cfg, params, tok, *, batch: int, turns: int, reply_
                     if b < max_context) + (max_context,)
     sampler = Sampler(cfg, prompt_buckets=buckets, batch_buckets=(1, 2, 4, 8, 16, 32, 64),
                       max_new_tokens=action_tokens, pad_id=max(tok.pad_token_id or 0, 0))
-    clock = CompileClock()
+    clock = metrics_log.CompileClock()
     made: list[Any] = []
     real_caches = episode_cache.EpisodeCaches
 
@@ -150,19 +137,18 @@ def run_path(kv_reuse: bool, cfg, params, tok, *, batch: int, turns: int, reply_
     episode_cache.EpisodeCaches = make_caches
     tasks = [Task(task_id=f"reply/{i}", path="", family="bench", meta={}) for i in range(batch)]
     try:
-        with clock.listening():
-            start = time.perf_counter()
-            eps = episodes.collect_episodes(
-                sampler, params, ReplyPool(tok, reply_tokens), tok, tasks, max_turns=turns,
-                max_context=max_context, max_action_tokens=action_tokens, greedy=True,
-                rng=jax.random.key(0), kv_reuse=kv_reuse)
-            wall = time.perf_counter() - start - clock.seconds
+        start = time.perf_counter()
+        eps = episodes.collect_episodes(
+            sampler, params, ReplyPool(tok, reply_tokens), tok, tasks, max_turns=turns,
+            max_context=max_context, max_action_tokens=action_tokens, greedy=True,
+            rng=jax.random.key(0), kv_reuse=kv_reuse)
+        wall = time.perf_counter() - start - compile_seconds(clock)
     finally:
         episode_cache.EpisodeCaches = real_caches
     timer = timers[0]
     sampled = [sum(int(e.loss_mask[(e.turn_end.cumsum() - e.turn_end) == t].sum())
                    for e in eps) for t in range(turns)]
-    out = {"turn_s": timer.turn_s, "compile_s": clock.seconds, "wall_s": wall,
+    out = {"turn_s": timer.turn_s, "compile_s": compile_seconds(clock), "wall_s": wall,
            "sampled_per_turn": sampled, "tokens": [e.tokens for e in eps],
            "turns": [e.turns for e in eps], "overflow": sum(e.info["overflow"] for e in eps),
            "length": float(np.mean([e.length for e in eps]))}
