@@ -95,8 +95,8 @@ def compile_seconds(clock: metrics_log.CompileClock) -> float:
 class TurnTimer:
     """Wraps a sampler call: per call (turn) its wall seconds minus the compile seconds in it."""
 
-    def __init__(self, fn, clock: metrics_log.CompileClock):
-        self.fn, self.clock = fn, clock
+    def __init__(self, fn, clock: metrics_log.CompileClock, label: str):
+        self.fn, self.clock, self.label = fn, clock, label
         self.turn_s: list[float] = []
         self.compile_s = 0.0
 
@@ -106,6 +106,8 @@ class TurnTimer:
         spent = compile_seconds(self.clock) - compiled
         self.turn_s.append(time.perf_counter() - start - spent)
         self.compile_s += spent
+        print(f"  {self.label} turn {len(self.turn_s)}: {self.turn_s[-1]:.2f} s (+ {spent:.1f} s "
+              "compiling)", flush=True)
         return out
 
 
@@ -129,7 +131,7 @@ def run_path(kv_reuse: bool, cfg, params, tok, *, batch: int, turns: int, reply_
     timers: list[TurnTimer] = []
 
     def timer_for(fn):
-        timers.append(TurnTimer(fn, clock))
+        timers.append(TurnTimer(fn, clock, "cached" if kv_reuse else "re-prefill"))
         return timers[-1]
 
     if not kv_reuse:
