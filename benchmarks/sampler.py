@@ -38,7 +38,7 @@ from benchmarks.timing import control_lines, time_interleaved
 from benchmarks.train_step import machine_line
 from meowjax.models import config as config_lib
 from meowjax.models import hf_io, lm
-from meowjax.rollout.sampler import Sampler, _top_p_filter, sample_tokens
+from meowjax.rollout.sampler import Sampler, _top_p_filter, categorical_rows, sample_tokens
 from meowjax.runtime import host_memory
 
 DEFAULT_RESULTS = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks-history.md")
@@ -64,7 +64,7 @@ def always_sample_tokens(logits_BV, rng, temperature, top_p, greedy):
     logp_raw_BV = jax.nn.log_softmax(logits_BV, axis=-1)
     filtered_BV = jax.lax.cond(
         top_p < 1.0, lambda x: jax.vmap(_top_p_filter, (0, None))(x, top_p), lambda x: x, logp_BV)
-    sampled_B = jax.random.categorical(rng, filtered_BV, axis=-1)
+    sampled_B = categorical_rows(rng, filtered_BV)
     token_B = jnp.where(greedy, jnp.argmax(logits_BV, axis=-1), sampled_B).astype(jnp.int32)
     pick = lambda x_BV: jnp.take_along_axis(x_BV, token_B[:, None], axis=-1)[:, 0]
     return token_B, pick(logp_BV), pick(logp_raw_BV)
@@ -207,8 +207,10 @@ def compare_samplers(preset: str, batch: int, prompt_len: int, new_tokens: int, 
             runs[name] = run
             if steps == 1:
                 tok, mask = sampler._pad_prompts(prompts)
+                rows = np.arange(tok.shape[0], dtype=np.int32)
                 compiled = sampler._generate_jit.lower(
-                    params, tok, mask, jax.random.key(0), np.float32(1), np.float32(1),
+                    params, tok, mask, rows, rows < len(prompts), jax.random.key(0),
+                    np.float32(1), np.float32(1),
                     np.bool_(True), np.full(8, -1, np.int32), max_new_tokens=1).compile()
                 out[f"temp_mib_{name}"] = compiled.memory_analysis().temp_size_in_bytes / 2**20
         key = "prefill" if steps == 1 else "generate"

@@ -79,9 +79,12 @@ def base_config() -> ml_collections.ConfigDict:
     # run), "sample" draws each iteration's tasks independently (repeats at random).
     # rollout.rename_prob: the share of RL tasks played with fresh entity names (TextWorld: the
     # game is unchanged, the agent reads and writes other names; see textworld_augment).
+    # rollout.kv_reuse (free-text interface): each episode keeps its KV cache across turns and a
+    # turn prefills only the environment's reply (linear in turns); False re-prefills the whole
+    # conversation every turn (quadratic). Both draw the same tokens (meowjax.rollout.episodes).
     c.rollout = ml_collections.ConfigDict(dict(
         length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4,
-        task_order="sample", rename_prob=0.0))
+        task_order="sample", rename_prob=0.0, kv_reuse=True))
 
     # SFT -> RL under one budget: an SFT demonstration costs sft_demo_cost RL episodes.
     # sft.lm_coef / rl.lm_coef: weight of an auxiliary next-token loss on the prompt text

@@ -348,3 +348,18 @@ def test_gpu_correctness_tiny_on_cpu_reports_parity(tmp_path):
     assert "share 1, rows_identical 1" in rows["float32: decode == full-forward argmax"]
     gap = rows["bf16: sampler vs trainer recompute"]
     assert float(gap.split("max ")[1].split(",")[0]) < 0.05, gap
+
+
+def test_multiturn_cache_smoke_times_both_paths_and_writes_table(tmp_path):
+    """`benchmarks/multiturn_cache.py --smoke`: both paths play the same episodes; readings at
+    each turn count, per-turn costs and the Markdown table (no timing asserted)."""
+    from benchmarks import multiturn_cache
+
+    results = tmp_path / "R.md"
+    r = multiturn_cache.main(["--smoke", f"--results={results}"])
+    assert [row["turns"] for row in r["rows"]] == [2, 4, 6]
+    assert all(row["cached_s"] > 0 and row["reprefill_s"] > 0 for row in r["rows"])
+    assert len(r["turn_s"]["cached"]) == len(r["turn_s"]["reprefill"]) == 6
+    assert r["same_tokens"] == 1.0 and 0 < r["slot_use"] <= 1
+    assert set(r["turn_cost"]) == {2, 4, 6} and r["turn_cost"][2] == 1.0
+    assert "| 6 |" in results.read_text() and "multiturn_cache.py" in results.read_text()

@@ -83,7 +83,7 @@ class ScriptedSampler:
         self.prompts: list[list[int]] = []
 
     def generate(self, params, prompts, rng, *, max_new_tokens, temperature, top_p, greedy,
-                 stop_ids):
+                 stop_ids, row_ids=None):
         self.calls.append(len(prompts))
         self.prompts.extend(prompts)
         eot = stop_ids[0]

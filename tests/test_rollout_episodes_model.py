@@ -1,4 +1,5 @@
-"""Rollouts with the real tiny model and sampler: recorded log-probs equal the trainer's forward."""
+"""Rollouts with the real tiny model and sampler: recorded log-probs equal the trainer's forward,
+on both generation paths (re-prefill each turn; per-episode KV cache kept across turns)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from meowjax.rollout.tokenizer import train_bpe_tokenizer
 from test_rollout_episodes import GAME_TEXT, InProcessPool, tasks
 
 TEMPERATURE = 0.7
-pytestmark = pytest.mark.slow   # ~25 s of CPU: one sampler compile + one forward compile
+pytestmark = pytest.mark.slow   # ~25 s of CPU per path: sampler compiles + one forward compile
 
 
-@pytest.fixture(scope="module")
-def setup():
+@pytest.fixture(scope="module", params=[False, True], ids=["reprefill", "kv_cache_turns"])
+def setup(request):
     tok = train_bpe_tokenizer(GAME_TEXT, vocab_size=320)
     cfg = get_preset("tiny", vocab_size=len(tok), dtype="float32")
     params = lm.init_params(cfg, jax.random.PRNGKey(1))
@@ -29,7 +30,7 @@ def setup():
     eps = episodes.collect_episodes(
         sampler, params, pool, tok, tasks(2), group_size=2, max_turns=[2, 3],
         max_context=512, max_action_tokens=6, temperature=TEMPERATURE, top_p=1.0,
-        rng=jax.random.PRNGKey(7))
+        rng=jax.random.PRNGKey(7), kv_reuse=request.param)
     return tok, cfg, params, eps, pool
 
 

@@ -119,19 +119,24 @@ def _block(cfg: ModelConfig, w: dict, layer: int, x_EB: jax.Array, kv: tuple, in
 
 def decode_token(
     dparams: DecodeParams, cfg: ModelConfig, tokens_B: jax.Array, positions_B: jax.Array,
-    cache: lm.KVCache,
+    cache: lm.KVCache, mask_B: jax.Array | None = None,
 ) -> tuple[jax.Array, lm.KVCache]:
     """`lm.decode_step` for one new token per row: (fp32 logits [B, V], the updated cache).
 
-    Writes slot ``cache.index``; the token attends to the filled real slots up to it. The
-    layers are unrolled (a Python loop over `decode_params`' per-layer weights)."""
+    Writes slot ``cache.index``; the token attends to the filled real slots up to it. ``mask_B``
+    (default all 1) marks the slot real for later tokens (0: a finished row's padding, which
+    later turns of a kept cache must not attend to). The layers are unrolled (a Python loop
+    over `decode_params`' per-layer weights)."""
     chex.assert_rank([tokens_B, positions_B], 1)
     chex.assert_equal_shape([tokens_B, positions_B])
     batch = tokens_B.shape[0]
     chex.assert_shape(cache.k_NBSKD, (cfg.num_layers, batch, None, cfg.num_kv_heads,
                                       cfg.head_dim))
     chex.assert_equal(len(dparams["layers"]), cfg.num_layers)
-    mask_B1S, new_mask_BS = lm.cache_attention_mask(cache, jnp.ones((batch, 1), jnp.int32))
+    if mask_B is None:
+        mask_B = jnp.ones((batch,), jnp.int32)
+    chex.assert_shape(mask_B, (batch,))
+    mask_B1S, new_mask_BS = lm.cache_attention_mask(cache, mask_B[:, None].astype(jnp.int32))
     dtype = cfg.compute_dtype
     x_EB = jnp.take(dparams["embedding"], tokens_B, axis=0).astype(dtype).T
     kv = (cache.k_NBSKD, cache.v_NBSKD)

@@ -14,8 +14,16 @@ One episode is one token sequence (full history, the default):
     turn_end    = 1 at the last agent token of each turn
     reward      = r_t (the env's reward of turn t) at turn t's turn_end, 0 elsewhere
 
-The collector generates for all live episodes together (one ``sampler.generate`` call per turn);
-episodes that finish drop out. An episode ends when the env says done (won, lost, or its turn
+The collector generates for all live episodes together (one sampler call per turn); episodes
+that finish drop out. Two generation paths, the same tokens and log-probs (greedy: the same
+argmax up to fp32 rounding of the logits; sampled: row keys folded with the episode index, so a
+row draws the same whatever batch it is in):
+  - ``kv_reuse=True`` (full history only): each episode keeps its KV cache across turns
+    (:mod:`meowjax.rollout.episode_cache`); a turn prefills the tokens appended since the
+    episode's last turn (the reply delta) and decodes into the same cache: linear in turns.
+  - ``kv_reuse=False``: ``sampler.generate`` re-prefills every episode's whole sequence each
+    turn (quadratic in turns); also the path of window mode, whose prompts are not prefixes of
+    one another. An episode ends when the env says done (won, lost, or its turn
 budget ran out: ``info["truncated"]``), when the env worker failed (``info["env_failure"]``), or
 when the next turn could overflow ``max_context`` (``info["overflow"]``): the sequence so far plus
 the reply delta plus ``max_action_tokens + 1`` must fit, so rows never exceed ``max_context`` and
@@ -43,7 +51,7 @@ import jax
 import numpy as np
 
 from meowjax.envs.base import ResetResult, StepResult, Task
-from meowjax.rollout import chat, trajectory
+from meowjax.rollout import chat, episode_cache, trajectory
 
 # pad values for buckets.pack_rows(rows, pad_values=ROW_PAD_VALUES): padding rows get group -1.
 ROW_PAD_VALUES: dict[str, float | int] = {"group_id": -1}
@@ -267,14 +275,15 @@ def collect_episodes(
     group_size: int = 1, max_turns: int | Sequence[int], max_context: int,
     max_action_tokens: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
     rng: jax.Array, fmt: chat.ChatFormat = chat.ChatFormat(), unstopped: str = "send",
-    group_offset: int = 0,
+    group_offset: int = 0, kv_reuse: bool = False,
 ) -> list[Episode]:
     """Plays ``group_size`` episodes of every task, all live episodes generating together.
 
     Episode i = (task i // group_size, member i % group_size); episodes of one task share
     ``group_id = group_offset + task index`` and differ only in sampling randomness.
     ``max_turns``: one budget for all, one per task, or one per episode (BudgetMix).
-    Returns the episodes in that order. See the module docstring for the record and end rules.
+    Returns the episodes in that order. See the module docstring for the record, the end rules
+    and ``kv_reuse`` (needs a `rollout.sampler.Sampler`; ignored in window mode).
     """
     if group_size < 1:
         raise ValueError(f"group_size={group_size} must be >= 1.")
@@ -307,15 +316,23 @@ def collect_episodes(
             b.info["overflow"], b.done = True, True
         builders.append(b)
 
+    caches = None
+    if kv_reuse and fmt.window is None:
+        caches = episode_cache.EpisodeCaches(sampler, len(builders), max_context=max_context,
+                                             max_new_tokens=max_action_tokens)
     while True:
         live = [i for i, b in enumerate(builders) if not b.done]
         if not live:
             break
         prompts = [builders[i].prompt() for i in live]
         rng, turn_rng = jax.random.split(rng)
-        out = sampler.generate(params, prompts, turn_rng, max_new_tokens=max_action_tokens,
-                               temperature=temperature, top_p=top_p, greedy=greedy,
-                               stop_ids=(eot,))
+        kw = dict(max_new_tokens=max_action_tokens, temperature=temperature, top_p=top_p,
+                  greedy=greedy, stop_ids=(eot,))
+        if caches is None:
+            out = sampler.generate(params, prompts, turn_rng, row_ids=live, **kw)
+        else:   # the full-history prompt extends the cached tokens
+            new = [p[caches.cached[i]:] for p, i in zip(prompts, live)]
+            out = caches.turn(params, live, new, turn_rng, **kw)
         actions: list[str | None] = [None] * len(builders)
         for row, i in enumerate(live):
             n = int(out.lengths_B[row])

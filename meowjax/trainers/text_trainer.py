@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from meowjax import sharding
 from meowjax.models import gguf_io, hf_io, lm
 from meowjax.models.config import get_preset
 from meowjax.rollout import chat, episodes
@@ -56,7 +57,8 @@ class TextTrainer(loop.AgentTrainer):
         self.sampler = Sampler(self.cfg, max_new_tokens=c.policy.max_action_tokens,
                                prompt_buckets=tuple(c.rollout.length_buckets),
                                batch_buckets=(1, 2, 4, 8, 16, 32, 64),
-                               pad_id=max(self.tok.pad_token_id or 0, 0))
+                               pad_id=max(self.tok.pad_token_id or 0, 0),
+                               mesh=self.mesh, row_axes=sharding.batch_axes(self.mesh))
         self.pad_values = {}
 
     def setup_steps(self) -> None:
@@ -79,7 +81,8 @@ class TextTrainer(loop.AgentTrainer):
         eps = episodes.collect_episodes(
             self.sampler, params, pool, self.tok, tasks, group_size=group_size, max_turns=budgets,
             max_context=max(c.rollout.length_buckets), max_action_tokens=c.policy.max_action_tokens,
-            temperature=temperature, greedy=greedy, rng=key, fmt=self.fmt)
+            temperature=temperature, greedy=greedy, rng=key, fmt=self.fmt,
+            kv_reuse=c.rollout.kv_reuse)
         return [episodes.to_trajectory(e) for e in eps]
 
     def update_rows(self, trajs):
