@@ -45,10 +45,12 @@ class Evaluation:
                 out["pass_at_k_t"] = passk.estimate_pass_at_k_t(
                     outcomes.by_task(trajs), c.eval.pass_ks, c.eval.pass_ts,
                     mode="single_run").to_json()
-                out["diagnostics"] = self.turn_diagnostics(tasks, trajs)
+                diag = self.turn_diagnostics(tasks, trajs)
+                if diag is not None:
+                    out["diagnostics"] = diag
         console.info("%s", console.eval_line(
-            title, {f"{k} {data.difficulty_name(c, k == 'eval_hard')}": v
-                    for k, v in out.items() if "success" in v},
+            title, {f"{k} {data.difficulty_name(c, k == 'eval_hard')}": out[k]
+                    for k in ("eval", "eval_hard") if k in out},
             time.time() - t0, pass_at_k_t=out.get("pass_at_k_t")))
         return out
 
