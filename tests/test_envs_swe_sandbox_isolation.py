@@ -210,7 +210,7 @@ def test_sandbox_kills_processes_left_behind(tmp_path):
     repo = _repo(tmp_path, f"""
         import os, subprocess, sys, time
         def test_daemon():
-            if os.fork() == 0:   # double fork + new session: leaves the process group
+            if os.fork() == 0:   # double fork + setsid(): leaves the process group
                 os.setsid()
                 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
                                   {marker!r}])
