@@ -82,9 +82,13 @@ def base_config() -> ml_collections.ConfigDict:
     # rollout.kv_reuse (free-text interface): each episode keeps its KV cache across turns and a
     # turn prefills only the environment's reply (linear in turns); False re-prefills the whole
     # conversation every turn (quadratic). Both draw the same tokens (meowjax.rollout.episodes).
+    # rollout.dynamic_draws (DAPO's dynamic sampling; 0 = off): the RL update keeps only groups
+    # whose returns differ (a group baseline gives the others zero advantage) and plays up to
+    # this many extra sets of tasks_per_iter random pool tasks to fill tasks_per_iter such
+    # groups (meowjax.trainers.dynamic_sampling).
     c.rollout = ml_collections.ConfigDict(dict(
         length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4,
-        task_order="sample", rename_prob=0.0, kv_reuse=True))
+        task_order="sample", rename_prob=0.0, kv_reuse=True, dynamic_draws=0))
 
     # SFT -> RL under one budget: an SFT demonstration costs sft_demo_cost RL episodes.
     # sft.lm_coef / rl.lm_coef: weight of an auxiliary next-token loss on the prompt text

@@ -37,7 +37,7 @@ from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
 from meowjax.runtime import checkpoint, console, host_memory, metrics_log, placement, preemption
 from meowjax.runtime.preemption import Preempted
-from meowjax.trainers import data, optim, returns, steps
+from meowjax.trainers import data, dynamic_sampling, optim, returns, steps
 from meowjax.trainers.evaluation import Evaluation
 
 SFT, RL, DONE = "sft", "rl", "done"
@@ -349,15 +349,28 @@ class AgentTrainer(Evaluation, abc.ABC):
         c = self.c
         t0 = time.time()
         rng = host_rng(c.seed, COLLECT_RNG, it)
-        tasks = data.iteration_tasks(self.sets["train"], it, c.rollout.tasks_per_iter, c.seed,
-                                     c.rollout.task_order, rng)
-        tasks = self.rename(tasks, host_rng(c.seed, RENAME_RNG, it))
-        budgets = budgets_for(c, len(tasks) * c.rollout.group_size, rng)
+        rename_rng = host_rng(c.seed, RENAME_RNG, it)
+        played: list[int] = []   # turns of every draw (throughput)
+
+        def play_draw(draw: int):
+            """Draw 0: the iteration's tasks; later draws (dynamic sampling): random pool tasks."""
+            tasks = data.iteration_tasks(self.sets["train"], it, c.rollout.tasks_per_iter,
+                                         c.seed, c.rollout.task_order if draw == 0 else "sample",
+                                         rng)
+            tasks = self.rename(tasks, rename_rng)
+            budgets = budgets_for(c, len(tasks) * c.rollout.group_size, rng)
+            key = jax.random.fold_in(jax.random.key(c.seed), it)
+            trajs = self.play(state.params, pool, tasks, group_size=c.rollout.group_size,
+                              budgets=budgets, rng=rng, greedy=False,
+                              key=key if draw == 0 else jax.random.fold_in(key, draw),
+                              temperature=c.policy.temperature)
+            played.append(sum(e.num_turns for e in trajs))
+            return trajs
+
         with preemption.interruptible():   # the state is unchanged until the update
-            eps = self.play(state.params, pool, tasks, group_size=c.rollout.group_size,
-                            budgets=budgets, rng=rng, greedy=False,
-                            key=jax.random.fold_in(jax.random.key(c.seed), it),
-                            temperature=c.policy.temperature)
+            eps, first, fill_stats = dynamic_sampling.fill_groups(
+                play_draw, want=c.rollout.tasks_per_iter, max_draws=c.rollout.dynamic_draws,
+                turn_cost=c.rl.turn_cost)
         t_roll = time.time() - t0
         rows = self.update_rows(eps)
         refl, vals = self._old_terms(state, ref, rows)
@@ -403,20 +416,22 @@ class AgentTrainer(Evaluation, abc.ABC):
         # sampler-vs-trainer mismatch of this iteration's rows (later ones measure the update).
         mismatch = acc.pop("pg/logp_mismatch_max")
         metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
-        n_turns = sum(e.num_turns for e in eps)
+        # Rollout figures are the iteration's own tasks (draw 0), whatever dynamic sampling kept.
+        n_turns = sum(e.num_turns for e in first)
         metrics.update({
-            "rollout/success": float(np.mean([e.won for e in eps])),
-            "rollout/return": float(np.mean([e.total_reward for e in eps])),
-            "rollout/episode_turns": n_turns / len(eps),
-            "rollout/invalid_rate": sum(e.invalid_count for e in eps) / max(1, n_turns),
-            "rollout/overflow_rate": float(np.mean([e.overflow for e in eps])),
+            "rollout/success": float(np.mean([e.won for e in first])),
+            "rollout/return": float(np.mean([e.total_reward for e in first])),
+            "rollout/episode_turns": n_turns / len(first),
+            "rollout/invalid_rate": sum(e.invalid_count for e in first) / max(1, n_turns),
+            "rollout/overflow_rate": float(np.mean([e.overflow for e in first])),
             # episodes cut by a dead or hung env worker (EnvPool logs each failure)
-            "rollout/env_failure_rate": float(np.mean([e.env_failure for e in eps])),
+            "rollout/env_failure_rate": float(np.mean([e.env_failure for e in first])),
             "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             # real tokens / slots over all the iteration's update batches
             "perf/padding_efficiency": float(sum(eff) / slots),
-            "perf/turns_per_s": n_turns / max(t_roll, 1e-9), **host_memory.memory_metrics()})
+            "perf/turns_per_s": sum(played) / max(t_roll, 1e-9), **fill_stats,
+            **host_memory.memory_metrics()})
         return state, metrics
 
     # ----- the schedule ------------------------------------------------------------------------
