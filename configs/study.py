@@ -98,10 +98,12 @@ def get_config(arg=None):
         c.games.num_sft = max(c.games.num_sft, int(round(share * c.budget.total_episodes
                                                          / c.budget.sft_demo_cost)))
     if mix:
+        if arg.smoke:               # the smoke run's budget (6) caps the mix
+            mix = tuple(sorted({min(b, c.turns.max_turns) for b in mix}))
         c.turns.update(dict(budget_mix=mix, max_turns=max(mix)))
     if arg.passkt_grid:
-        ts = GRID_TS if not arg.smoke else (2, 3, 4, 6)
-        c.eval.update(dict(num_samples=max(GRID_KS), pass_ks=GRID_KS, pass_ts=ts))
+        ks, ts = (GRID_KS, GRID_TS) if not arg.smoke else ((1, 2), (2, 4, 6))
+        c.eval.update(dict(num_samples=max(ks), pass_ks=ks, pass_ts=ts))
         c.turns.eval_max_turns = max(ts)
     iters = rl_iterations(c)
     c.eval.every_iters = -(-iters // 3) if iters >= 3 else 0

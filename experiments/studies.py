@@ -127,7 +127,9 @@ def _split_record(e: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool) -> dict[str, Any]:
     """The runner's own evaluations of the start (``out['ref']``: the params RL started from)
-    and end policies: the third difficulty (greedy) and the Pass@(K,T) grids in both modes."""
+    and end policies: the third difficulty (greedy) and the Pass@(K,T) grids in both modes (a
+    policy trained without the budget in its prompts has its unstated grid from the trainer's
+    evaluations already: the same player, games, seed and grid)."""
     if not (st.extra_eval or st.grids):
         return {}
     from meowjax.envs.pool import EnvPool
@@ -148,10 +150,18 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
                 for tag, p in policies.items()}}
         if st.grids:
             tasks = data.game_sets(c)["eval"]
-            res["passkt"] = {mode: {tag: evaluate.passkt_grid(
-                trainer, p, pool, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
-                samples=c.eval.num_samples, stated=mode == "stated", seed=c.seed)
-                for tag, p in policies.items()} for mode in ("unstated", "stated")}
+            res["passkt"] = {}
+            for mode in ("unstated", "stated"):
+                stated = mode == "stated"
+                if not stated and not c.policy.state_budget:   # the trainer's grid is this one
+                    evals = out["evals"]
+                    res["passkt"][mode] = {"start": evals["start"]["pass_at_k_t"],
+                                           "end": evals["final"]["pass_at_k_t"]}
+                    continue
+                res["passkt"][mode] = {tag: evaluate.passkt_grid(
+                    trainer, p, pool, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
+                    samples=c.eval.num_samples, stated=stated, seed=c.seed)
+                    for tag, p in policies.items()}
     finally:
         pool.close()
     return res

@@ -130,7 +130,7 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     assert path == str(tmp_path / "results" / "smoke" / "budgetmix-stated-s0.json")
     rec = json.load(open(path))
     assert rec["config"]["policy"]["state_budget"] is True
-    assert rec["config"]["turns"]["budget_mix"] == [2, 3, 4, 6]   # smoke: capped at 6
+    assert rec["config"]["turns"]["budget_mix"] == [2, 3, 4, 6]   # smoke: capped at 6 turns
     assert re.fullmatch(r"[0-9a-f]{40}", rec["commit"]) and rec["wall_s"]["total"] > 0
     roles = {s["role"]: (name, s) for name, s in rec["splits"].items()}
     assert sorted(roles) == ["hard", "harder", "id"] and roles["harder"][0] == "w1-o3-q3"
@@ -140,11 +140,11 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     for mode, want in (("unstated", "single_run"), ("stated", "per_budget")):
         for tag in ("start", "end"):
             g = rec["passkt"][mode][tag]
-            assert g["mode"] == want and g["ks"] == [1, 2, 4] and g["ts"] == [2, 3, 4, 6]
+            assert g["mode"] == want and g["ks"] == [1, 2] and g["ts"] == [2, 4, 6]
             assert len(g["per_task"]) == c["games"]["num_eval"]
             np.testing.assert_allclose(np.mean(list(g["per_task"].values()), 0), g["mean"])
     assert rec["curve"]["iteration"][-1] == rec["rl_iters"] > 0
     assert len(rec["curve"]["rollout_success"]) == rec["rl_iters"]
     assert rec["curve"]["eval"][0] == roles["id"][1]["start"]["success"]
-    assert rec["diagnostics"]["end"]["episodes"] == c["games"]["num_eval"] * 4
+    assert rec["diagnostics"]["end"]["episodes"] == c["games"]["num_eval"] * 2
     assert studies.run_cell("smoke", arm, knobs, 0, **kw) is None          # done: skipped

@@ -208,10 +208,11 @@ def section_q3(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
                     [[f"K={k}"] + [f"{fmt(start_KT[i, j])} → {fmt(end_KT[i, j])}" for j in range(len(g["ts"]))]
                      for i, k in enumerate(g["ks"])])
             slug = re.sub(r"\W+", "_", arm).strip("_")
-            p1 = plots.plot_pass_at_k_t_heatmap(d.plot_dir / f"q3_{slug}_{mode}_end.png", g["ks"], g["ts"], end_KT,
-                                                f"{arm}, {mode}: after RL")
-            p2 = plots.plot_pass_at_k_t_heatmap(d.plot_dir / f"q3_{slug}_{mode}_gain.png", g["ks"], g["ts"],
-                                                end_KT - start_KT, f"{arm}, {mode}: after RL − SFT", difference=True)
+            heat = plots.plot_pass_at_k_t_heatmap
+            p1 = heat(d.plot_dir / f"q3_{slug}_{mode}_end.png", g["ks"], g["ts"], end_KT,
+                      f"{arm}, {mode}: after RL")
+            p2 = heat(d.plot_dir / f"q3_{slug}_{mode}_gain.png", g["ks"], g["ts"],
+                      end_KT - start_KT, f"{arm}, {mode}: after RL − SFT", difference=True)
             d.image(f"{arm} {mode} after RL", p1)
             d.image(f"{arm} {mode} RL − SFT", p2)
     arms = [a for a, _ in expected]
@@ -241,12 +242,14 @@ def section_q3(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
     f_rows.append(finding(f"{fixed}: RL gain at T={t_small} − at T={t_max} (Pass@1, unstated)",
                           "RL's gain shrinks as T tightens", -1,
                           per_seed(recs, lambda r: gain(r, t_small) - gain(r, t_max)),
-                          ss.paired_mean_interval(task_diffs(recs, lambda r, x: gain(r, t_small, 1, x) - gain(r, t_max, 1, x))),
+                          ss.paired_mean_interval(task_diffs(
+                              recs, lambda r, x: gain(r, t_small, 1, x) - gain(r, t_max, 1, x))),
                           ok))
     f_rows.append(finding(f"{fixed}: RL's change of Pass@({k_max},{t_max}) − Pass@(1,{t_max})",
                           "RL narrows the gap at large K", -1,
                           per_seed(recs, lambda r: gain(r, t_max, k_max) - gain(r, t_max)),
-                          ss.paired_mean_interval(task_diffs(recs, lambda r, x: gain(r, t_max, k_max, x) - gain(r, t_max, 1, x))),
+                          ss.paired_mean_interval(task_diffs(
+                              recs, lambda r, x: gain(r, t_max, k_max, x) - gain(r, t_max, 1, x))),
                           ok))
     for mode in ("unstated", "stated"):
         def end_at(r, task=None, mode=mode):
@@ -297,8 +300,8 @@ def section_q4(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
                                       None, complete(cells, [a for a, _ in expected], seeds), "cells")])
     series = {}
     for tag in ("start", "end"):
-        vals = [ss.seed_interval([r["diagnostics"][tag][k] for r in all_recs
-                                  if (r.get("diagnostics") or {}).get(tag) and r["diagnostics"][tag].get(k) is not None])
+        at = [r["diagnostics"][tag] for r in all_recs if (r.get("diagnostics") or {}).get(tag)]
+        vals = [ss.seed_interval([x[k] for x in at if x.get(k) is not None])
                 for k, _ in DIAGNOSTICS]
         series["after SFT" if tag == "start" else "after RL"] = tuple(np.asarray(vals).T.tolist())
     if all_recs:
@@ -362,8 +365,8 @@ def section_scale(d: Doc, loaded: Mapping[str, Cells], expected: Expected) -> No
         loads = [x for r in recs for x in (r.get("machine", {}).get("loadavg_start", [None])[0],
                                            r.get("machine", {}).get("loadavg_end", [None])[0]) if x is not None]
         cfg = (recs[0].get("config") if recs else None) or {}
-        scale = ("" if not cfg else f"{cfg['budget']['total_episodes']} units, "
-                 f"{cfg['games']['num_eval']} + {cfg['games']['num_eval_hard']} held-out games")
+        scale = ("n/a" if not cfg else f"{cfg['budget']['total_episodes']} episode-units, "
+                 f"{cfg['games']['num_eval']} held-out games per difficulty")
         commits = sorted({r.get("commit", "")[:7] + ("+" if r.get("dirty") else "") for r in recs})
         rows.append([study, f"{len(recs)}/{want}", scale,
                      "n/a" if not walls else f"{np.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f})",
