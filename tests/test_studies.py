@@ -148,3 +148,24 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     assert rec["curve"]["eval"][0] == roles["id"][1]["start"]["success"]
     assert rec["diagnostics"]["end"]["episodes"] == c["games"]["num_eval"] * 2
     assert studies.run_cell("smoke", arm, knobs, 0, **kw) is None          # done: skipped
+
+
+def test_studies_learning_curve_reads_periodic_evaluations_once(tmp_path):
+    """SFT steps 1-3, RL iterations 1-4 at steps 4-7, periodic evaluations after iterations 2
+    and 4 (the last one repeats the final evaluation: left out); iteration 3 written twice, as a
+    resumed run does (the later record counts)."""
+    from experiments import studies
+    lines = [{"step": s, "sft/loss": 1.0} for s in (1, 2, 3)]
+    lines += [{"step": 3 + i, "rollout/success": 0.1 * i} for i in (1, 2, 3)]
+    lines += [{"step": 5, "eval/eval_success": 0.4, "eval/eval_hard_success": 0.2},
+              {"step": 6, "rollout/success": 0.35},
+              {"step": 7, "rollout/success": 0.5, "eval/eval_success": 0.9}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    evals = {"start": {"eval": {"success": 0.3}, "eval_hard": {"success": 0.1}},
+             "final": {"eval": {"success": 0.6}, "eval_hard": {"success": 0.3}}}
+    curve = studies.learning_curve(str(tmp_path), evals, 4)
+    assert curve["iteration"] == [0, 2, 4] and curve["eval"] == [0.3, 0.4, 0.6]
+    assert curve["eval_hard"] == [0.1, 0.2, 0.3]
+    assert curve["rollout_success"] == pytest.approx([0.1, 0.2, 0.35, 0.5])
+    # (2 x 0.35 + 2 x 0.5) / 4
+    assert ss.area_under_curve(curve["iteration"], curve["eval"]) == pytest.approx(0.425)
