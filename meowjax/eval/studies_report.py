@@ -218,6 +218,14 @@ def section_q3(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
     arms = [a for a, _ in expected]
     seeds = list(expected[0][1]) if expected else []
     fixed, mix = (arms + ["", ""])[:2]
+    for mode in ("unstated", "stated"):
+        a = grid_mean(list(cells.get(mix, {}).values()), mode, "end")
+        b = grid_mean(list(cells.get(fixed, {}).values()), mode, "end")
+        if a and b and (a[0]["ks"], a[0]["ts"]) == (b[0]["ks"], b[0]["ts"]):
+            title = f"{mode}: {mix} − {fixed}, after RL"
+            d.image(title, plots.plot_pass_at_k_t_heatmap(
+                d.plot_dir / f"q3_mix_minus_fixed_{mode}.png", a[0]["ks"], a[0]["ts"],
+                a[1] - b[1], title, difference=True))
     f_rows = []
     recs = list(cells.get(fixed, {}).values())
     g0 = grid(recs[0], "unstated", "end") if recs else None
