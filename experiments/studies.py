@@ -83,12 +83,16 @@ def expected_cells(seeds: Sequence[int]) -> dict[str, list[tuple[str, list[int]]
 
 
 # -- one cell ----------------------------------------------------------------------------------
+CODE_PATHS = ("meowjax", "configs", "experiments")
+
+
 def git_state() -> dict[str, Any]:
-    """The commit the cell ran at and whether the work tree differed from it."""
+    """The commit the cell runs at and whether its code (``CODE_PATHS``) differed from it."""
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain",
-                                                                  "--untracked-files=no"))}
+    return {"commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--",
+                              *CODE_PATHS))}
 
 
 def learning_curve(workdir: str, evals: dict[str, Any], rl_iters: int) -> dict[str, Any]:
@@ -169,8 +173,9 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
 
 def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir: str,
                 out: dict[str, Any], extra: dict[str, Any], walls: dict[str, float],
-                load: dict[str, Any]) -> dict:
-    """Everything the document needs from one cell, JSON-able."""
+                load: dict[str, Any], git: dict[str, Any]) -> dict:
+    """Everything the document needs from one cell, JSON-able (``git``: the commit at the
+    cell's start, the code it ran)."""
     from meowjax.trainers import data
     evals = out["evals"]
     splits = {}
@@ -190,7 +195,7 @@ def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir:
         "schema": SCHEMA, "study": study, "arm": arm, "seed": seed, "cell": cell_name(arm, seed),
         "knobs": dict(knobs), "config_arg": config_arg(knobs, seed, smoke),
         "config": json.loads(c.to_json_best_effort()),
-        **git_state(), "command": " ".join(["python", "-m", "experiments.studies"] + sys.argv[1:]),
+        **git, "command": " ".join(["python", "-m", "experiments.studies"] + sys.argv[1:]),
         "machine": load, "wall_s": walls, "plan": out["plan"], "rl_iters": out["rl_iters"],
         "splits": splits, "curve": learning_curve(workdir, evals, out["rl_iters"]),
         "passkt": passkt,
@@ -214,6 +219,7 @@ def run_cell(study: str, arm: str, knobs, seed: int, *, smoke: bool, workdir: st
         c.games.cache_dir = games_dir
         c.lock()
     folder = os.path.join(workdir, study, cell_name(arm, seed))
+    git = git_state()      # before training: the code this process runs
     load = {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}
     t0 = time.time()
     out = run.run(c, folder)
@@ -222,7 +228,7 @@ def run_cell(study: str, arm: str, knobs, seed: int, *, smoke: bool, workdir: st
     walls = {"train_and_eval": t1 - t0, "runner_eval": time.time() - t1,
              "total": time.time() - t0}
     load["loadavg_end"] = list(os.getloadavg())
-    record = cell_record(study, arm, knobs, seed, smoke, c, folder, out, extra, walls, load)
+    record = cell_record(study, arm, knobs, seed, smoke, c, folder, out, extra, walls, load, git)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(studies_report.jsonable(record), f, indent=1, allow_nan=False)
