@@ -20,8 +20,15 @@ hyper-parameters, temperature, KL, reward wrapper and length buckets are the def
   * a greedy held-out evaluation about every third of RL (``eval.every_iters``) for the
     learning curve; sampled evaluation (Pass@(K,T), per-turn diagnostics) at start and end.
 
-Measured cell time: see docs/results.md ("Study scale"), which the report fills in from the
-cells' recorded wall times.
+Cell time. Estimated for 2 quiet cores from the default run's phase times (docs/results-history.md:
+SFT 3.0 min for 240 demonstrations, RL 7.6 min for 40 iterations, ~0.6 min per evaluation of
+twice these games): SFT ~1 min, RL ~2 min, evaluations (start, two periodic, final, the runner's
+w4-o6-q8) ~1 min, start-up ~0.3 min: ~4 min. Measured on 2 cores shared with 3-5 other jobs
+(load average 5-16): the algos cell rloo / process, seed 0, took 20.9 min with an empty XLA
+cache (532 s compiling) and 17.0 min with a warm one (15.0 min training and the trainer's
+evaluations, 2.0 min the runner's); docs/results.md lists every cell's wall time and load.
+Budget cells cost more (Pass@(K,T) from 4 sampled episodes a game, the stated mode played at
+every T), SFT-share cells with less SFT more (share 0: 35 RL iterations).
 
 Knobs: ``estimator`` (gae = PPO with a critic and token GAE, turn_gae, grpo, rloo, gigpo),
 ``reward`` (sparse = win, dense = score gained per turn, process = expert-plan progress),
@@ -45,6 +52,7 @@ EVAL_GAMES = 40
 GRID_KS, GRID_TS = (1, 2, 4), (2, 3, 4, 6, 8, 12)
 # A third, harder held-out difficulty, evaluated greedily by the studies runner at the start and
 # the end of RL (the Practitioner's Guide's w4-o6-q8; the trainer evaluates two difficulties).
+# Its 60 test games were generated in 334 s on the 2 shared cores (walkthroughs of 7-8 commands).
 EXTRA_EVAL = "w4-o6-q8"
 SMOKE_EXTRA_EVAL = "w1-o3-q3"
 
