@@ -24,9 +24,9 @@ Cell time. Estimated for 2 quiet cores from the default run's phase times (docs/
 SFT 3.0 min for 240 demonstrations, RL 7.6 min for 40 iterations, ~0.6 min per evaluation of
 twice these games): SFT ~1 min, RL ~2 min, evaluations (start, two periodic, final, the runner's
 w4-o6-q8) ~1 min, start-up ~0.3 min: ~4 min. Measured on 2 cores shared with 3-5 other jobs
-(load average 5-16): the algos cell rloo / process, seed 0, took 20.9 min with an empty XLA
-cache (532 s compiling) and 17.0 min with a warm one (15.0 min training and the trainer's
-evaluations, 2.0 min the runner's); docs/results.md lists every cell's wall time and load.
+(load average 4-16): the algos cell rloo / process, seed 0, took 20.9 min with an empty XLA
+cache (532 s compiling), 17.0 and 8.8 min with a warm one (load average 8.5-16.5 and 11.6-6.2
+at start-end); docs/results.md lists every cell's wall time and load.
 Budget cells cost more (Pass@(K,T) from 4 sampled episodes a game, the stated mode played at
 every T), SFT-share cells with less SFT more (share 0: 35 RL iterations).
 
