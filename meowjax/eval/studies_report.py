@@ -217,19 +217,22 @@ def section_q3(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
             d.image(f"{arm} {mode} RL − SFT", p2)
     arms = [a for a, _ in expected]
     seeds = list(expected[0][1]) if expected else []
-    fixed, mix = (arms + ["", ""])[:2]
-    for mode in ("unstated", "stated"):
+    fixed = arms[0] if arms else ""
+    for mix, mode in [(m, mode) for m in arms[1:] for mode in ("unstated", "stated")]:
         a = grid_mean(list(cells.get(mix, {}).values()), mode, "end")
         b = grid_mean(list(cells.get(fixed, {}).values()), mode, "end")
         if a and b and (a[0]["ks"], a[0]["ts"]) == (b[0]["ks"], b[0]["ts"]):
             title = f"{mode}: {mix} − {fixed}, after RL"
+            slug = re.sub(r"\W+", "_", mix).strip("_")
             d.image(title, plots.plot_pass_at_k_t_heatmap(
-                d.plot_dir / f"q3_mix_minus_fixed_{mode}.png", a[0]["ks"], a[0]["ts"],
+                d.plot_dir / f"q3_{slug}_minus_fixed_{mode}.png", a[0]["ks"], a[0]["ts"],
                 a[1] - b[1], title, difference=True))
     f_rows = []
     recs = list(cells.get(fixed, {}).values())
-    g0 = grid(recs[0], "unstated", "end") if recs else None
-    ks, ts = (g0["ks"], g0["ts"]) if g0 else ([1], [4])
+    # The grid of any cell of the study (every arm evaluates the same one).
+    g0 = next((g for a in cells.values() for r in a.values()
+               if (g := grid(r, "unstated", "end") or grid(r, "stated", "end"))), None)
+    ks, ts = (g0["ks"], g0["ts"]) if g0 else ([1, 4], [4, 12])
     t_small = min([t for t in ts if t >= 4] or ts)
     t_max, k_max = max(ts), max(ks)
 
@@ -259,7 +262,7 @@ def section_q3(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
                           ss.paired_mean_interval(task_diffs(
                               recs, lambda r, x: gain(r, t_max, k_max, x) - gain(r, t_max, 1, x))),
                           ok))
-    for mode in ("unstated", "stated"):
+    for mix, mode in [(m, mode) for m in arms[1:] for mode in ("unstated", "stated")]:
         def end_at(r, task=None, mode=mode):
             return grid_value(grid(r, mode, "end"), 1, t_small, task)
         diffs = seed_diffs(cells, mix, fixed, lambda r: end_at(r) if grid(r, mode, "end") else None)
