@@ -28,7 +28,9 @@ w4-o6-q8) ~1 min, start-up ~0.3 min: ~4 min. Measured on 2 cores shared with 3-5
 cache (532 s compiling), 17.0 and 8.8 min with a warm one (load average 8.5-16.5 and 11.6-6.2
 at start-end); docs/results.md lists every cell's wall time and load.
 Budget cells cost more (Pass@(K,T) from 4 sampled episodes a game, the stated mode played at
-every T), SFT-share cells with less SFT more (share 0: 35 RL iterations).
+every T): budgetmix stated, seed 0, took 12.2 min at load average ~6 (6.4 min training and the
+trainer's evaluations, 5.9 min the runner's two grids). SFT-share cells with less SFT cost more
+(share 0: 35 RL iterations).
 
 Knobs: ``estimator`` (gae = PPO with a critic and token GAE, turn_gae, grpo, rloo, gigpo),
 ``reward`` (sparse = win, dense = score gained per turn, process = expert-plan progress),
