@@ -6,7 +6,7 @@ JSON per cell under docs/results/<study>/, and the document docs/results.md made
     python -m experiments.studies --study=budget       # Q3: fixed budget vs BudgetMix (+ stated)
     python -m experiments.studies --study=algos --commit   # commit each cell's JSON as it lands
     python -m experiments.studies --report             # docs/results.md from the JSON only
-    python -m experiments.studies --study=algos --smoke --workdir=/tmp/st   # toy size, seconds
+    python -m experiments.studies --study=budget --smoke --seeds=0 --workdir=/tmp/st  # toy size
 
 Resumable: a cell whose JSON exists is skipped; a cell whose training stopped resumes from its
 checkpoint under --workdir (runs/studies/<study>/<cell>); on SIGTERM the running cell saves its
@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -195,7 +196,7 @@ def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir:
         "schema": SCHEMA, "study": study, "arm": arm, "seed": seed, "cell": cell_name(arm, seed),
         "knobs": dict(knobs), "config_arg": config_arg(knobs, seed, smoke),
         "config": json.loads(c.to_json_best_effort()),
-        **git, "command": " ".join(["python", "-m", "experiments.studies"] + sys.argv[1:]),
+        **git, "command": shlex.join(["python", "-m", "experiments.studies", *sys.argv[1:]]),
         "machine": load, "wall_s": walls, "plan": out["plan"], "rl_iters": out["rl_iters"],
         "splits": splits, "curve": learning_curve(workdir, evals, out["rl_iters"]),
         "passkt": passkt,
