@@ -69,9 +69,12 @@ def base_config() -> ml_collections.ConfigDict:
     # interface keeps the whole episode in its context (up to max(rollout.length_buckets)
     # tokens) and refuses a window. history (score interface): the last observation is prefixed
     # with "Actions so far: ...". eval_temperature: sampled evaluation episodes (Pass@(K,T));
-    # unset = the training temperature; greedy evaluation ignores both.
+    # unset = the training temperature; greedy evaluation ignores both. state_budget (score
+    # interface): each prompt states the turns left of the episode's budget ("Turns left: 3 of
+    # 8"); off, no prompt states the budget (what single-run Pass@(K,T) needs).
     c.policy = ml_collections.ConfigDict(dict(
-        interface="score", window=placeholder(int), history=False, max_cands=48,
+        interface="score", window=placeholder(int), history=False, state_budget=False,
+        max_cands=48,
         score_norm="sum", temperature=1.0, eval_temperature=placeholder(float),
         max_action_tokens=12))
     # rollout.task_order: "stream" walks seeded permutations of the RL pool (no task repeats

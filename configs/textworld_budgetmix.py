@@ -5,7 +5,6 @@ training budgets differ. ``mix`` lists the budgets separated by ``/``.
 
     python -m experiments.train --config=configs/textworld_budgetmix.py --workdir=runs/mix
     python -m experiments.train --config=configs/textworld_budgetmix.py:mix=4/8/16 --workdir=x
-    python -m experiments.studies --study=budget --workdir=runs/budget_study
 """
 
 from configs import common

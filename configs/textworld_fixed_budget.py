@@ -5,8 +5,9 @@ Both evaluate Pass@(K,T) over ``eval.pass_ts`` in single-run mode (the prompt ne
 budget), so one sampled run at T_max gives the whole success-vs-budget curve.
 
     python -m experiments.train --config=configs/textworld_fixed_budget.py --workdir=runs/fixed
-    python -m experiments.studies --study=budget --workdir=runs/budget_study
-    python -m experiments.studies --study=budget --smoke --workdir=/tmp/budget_smoke
+
+The studies' turn-budget study (``experiments.studies --study=budget``) runs configs/study.py
+instead: the default run's recipe at study scale, with BudgetMix and a stated budget as knobs.
 """
 
 from configs import common

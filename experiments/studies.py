@@ -1,228 +1,316 @@
-"""Sweeps of small training runs and one comparison report per study.
+"""The studies: every cell (one training run of configs/study.py + its evaluation) x seed, one
+JSON per cell under docs/results/<study>/, and the document docs/results.md made from them.
 
-    # PPO (gae) / GRPO / RLOO  x  sparse / dense (/ process) rewards  x  SFT share, several seeds
-    python -m experiments.studies --study=algos --workdir=runs/algos_study
-    # fixed turn budget vs BudgetMix, each evaluated across a grid of budgets
-    python -m experiments.studies --study=budget --workdir=runs/budget_study
-    # the whole sweep at toy size (a few minutes on a laptop CPU)
-    python -m experiments.studies --study=algos --smoke --workdir=/tmp/algos_smoke
+    python -m experiments.studies --study=algos        # Q1 (+ Q4, Q5): 5 estimators x 3 rewards
+    python -m experiments.studies --study=sft_share    # Q2: SFT shares 0 .. 1 of one budget
+    python -m experiments.studies --study=budget       # Q3: fixed budget vs BudgetMix (+ stated)
+    python -m experiments.studies --study=algos --commit   # commit each cell's JSON as it lands
+    python -m experiments.studies --report             # docs/results.md from the JSON only
+    python -m experiments.studies --study=budget --smoke --seeds=0 --workdir=/tmp/st  # toy size
 
-Every cell is ``meowjax.trainers.run.run(config, <workdir>/<cell>)`` (rerunning resumes finished
-and partial cells from their checkpoints, so an interrupted sweep continues where it stopped;
-on SIGTERM the running cell saves its state and the sweep exits with status 75).
-The report (``<workdir>/report.md`` + results.json + plots/) gives mean success over seeds with
-bootstrap CIs on the held-out split of the training difficulty ("ID") and the harder split, and
-for the budget study success-vs-budget curves (Pass@(1,T) and Pass@(K_max,T), mean over seeds).
+Resumable: a cell whose JSON exists is skipped; a cell whose training stopped resumes from its
+checkpoint under --workdir (runs/studies/<study>/<cell>); on SIGTERM the running cell saves its
+state and the sweep exits with status 75. Seeds default to 0,1,2; --arms picks some rows.
+Questions 4 (where the gain sits) and 5 (difficulty transfer) are read from the algos cells,
+which record per-turn diagnostics and three held-out difficulties for the start and end policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import os
+import shlex
+import subprocess
 import sys
+import time
 from typing import Any, Sequence
 
-import numpy as np
 from absl import app, flags, logging
 
-from configs import study_algos, textworld_budgetmix, textworld_fixed_budget
-from meowjax.eval import report, stats
+from configs import study as study_config
+from meowjax.eval import studies_report
 from meowjax.runtime import console, host_memory, preemption, workdir_lock, xla_cache
 
-STUDIES = ("algos", "budget")
-RESULT_FILE = "cell_result.json"
+SCHEMA = 1
+RESULTS_DIR = "docs/results"
+DOCUMENT = "docs/results.md"
 
 
 @dataclasses.dataclass(frozen=True)
-class Cell:
-    """One training run of a study: its label (row of the table), seed, and config."""
+class Study:
+    """A question's sweep: rows (arm label -> configs/study.py knobs) and the evaluations the
+    runner adds after training (``extra_eval``: the third difficulty, greedy; ``grids``: the
+    Pass@(K,T) grid in both prompt modes, start and end)."""
 
-    label: str
-    seed: int
-    config: Any
-
-    @property
-    def name(self) -> str:
-        return f"{self.label}_seed{self.seed}".replace(" ", "_").replace("/", "-")
-
-
-def algo_cells(estimators: Sequence[str], rewards: Sequence[str], sft_shares: Sequence[float],
-               seeds: Sequence[int], smoke: bool) -> list[Cell]:
-    """(estimator x reward x sft_share x seed) cells of configs/study_algos.py."""
-    cells = []
-    for est, rew, share, seed in itertools.product(estimators, rewards, sft_shares, seeds):
-        arg = f"estimator={est},reward={rew},sft_share={share},seed={seed},smoke={smoke}"
-        label = f"{'ppo' if est == 'gae' else est} / {rew} / sft {share:g}"
-        cells.append(Cell(label, seed, study_algos.get_config(arg)))
-    return cells
+    question: str
+    arms: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+    extra_eval: bool = False
+    grids: bool = False
 
 
-def budget_cells(seeds: Sequence[int], smoke: bool) -> list[Cell]:
-    """Fixed budget vs BudgetMix cells (same games, model and evaluation grid)."""
-    cells = []
-    for seed in seeds:
-        arg = f"seed={seed},smoke={smoke}"
-        fixed = textworld_fixed_budget.get_config(arg)
-        mix = textworld_budgetmix.get_config(arg)
-        cells.append(Cell(f"fixed T={fixed.turns.max_turns}", seed, fixed))
-        cells.append(Cell("budgetmix " + "/".join(map(str, mix.turns.budget_mix)), seed, mix))
-    return cells
+def _arms(rows: Sequence[tuple[str, dict[str, Any]]]):
+    return tuple((label, tuple(sorted(knobs.items()))) for label, knobs in rows)
 
 
-def run_cell(cell: Cell, workdir: str) -> dict[str, Any]:
-    """Trains one cell (or reuses its saved result) and returns its JSON-able final evals."""
-    folder = os.path.join(workdir, cell.name)
-    path = os.path.join(folder, RESULT_FILE)
+STUDIES = {
+    "algos": Study("Q1 algorithms x reward density (and Q4, Q5)", _arms(
+        [(f"{e} / {r}", {"estimator": e, "reward": r})
+         for e in study_config.ESTIMATORS for r in study_config.REWARDS]), extra_eval=True),
+    "sft_share": Study("Q2 SFT share at a fixed budget", _arms(
+        [(f"sft {s:g}", {"sft_share": s}) for s in (0.0, 0.25, 0.5, 0.75, 1.0)])),
+    "budget": Study("Q3 turn budget", _arms([
+        ("fixed T=12", {"passkt_grid": True}),
+        ("budgetmix", {"passkt_grid": True, "budget_mix": "2/3/4/6/8/12"}),
+        ("budgetmix stated", {"passkt_grid": True, "budget_mix": "2/3/4/6/8/12",
+                              "state_budget": True})]), grids=True),
+}
+
+
+def cell_name(arm: str, seed: int) -> str:
+    """``"gae / dense"``, 1 -> ``"gae-dense-s1"`` (file and workdir name)."""
+    slug = "-".join(part for part in arm.replace("/", " ").replace("=", "").split())
+    return f"{slug}-s{seed}"
+
+
+def config_arg(knobs: Sequence[tuple[str, Any]], seed: int, smoke: bool) -> str:
+    """The ``configs/study.py:<arg>`` string of a cell."""
+    return ",".join([f"{k}={v}" for k, v in knobs] + [f"seed={seed}", f"smoke={smoke}"])
+
+
+def expected_cells(seeds: Sequence[int]) -> dict[str, list[tuple[str, list[int]]]]:
+    """{study: [(arm, seeds)]}: what the document lists (missing cells: "not run yet")."""
+    return {name: [(arm, list(seeds)) for arm, _ in s.arms] for name, s in STUDIES.items()}
+
+
+# -- one cell ----------------------------------------------------------------------------------
+CODE_PATHS = ("meowjax", "configs", "experiments")
+
+
+def git_state() -> dict[str, Any]:
+    """The commit the cell runs at and whether its code (``CODE_PATHS``) differed from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+    return {"commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--",
+                              *CODE_PATHS))}
+
+
+def learning_curve(workdir: str, evals: dict[str, Any], rl_iters: int) -> dict[str, Any]:
+    """Held-out greedy success by RL iteration: the start evaluation (iteration 0), the periodic
+    ones (metrics.jsonl ``eval/*_success``), the final one; and the rollout success of every
+    iteration. A resumed run's repeated records count once (the last)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    path = os.path.join(workdir, "metrics.jsonl")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            for line in f:
+                r = json.loads(line)
+                by_step.setdefault(int(r["step"]), {}).update(r)
+    rl_steps = sorted(s for s, r in by_step.items() if "rollout/success" in r)
+    first = rl_steps[0] - 1 if rl_steps else 0      # the SFT steps before RL iteration 1
+    curve = {"iteration": [0], "eval": [evals["start"]["eval"]["success"]],
+             "eval_hard": [evals["start"].get("eval_hard", {}).get("success")]}
+    for step in sorted(by_step):
+        r = by_step[step]
+        if "eval/eval_success" in r and 0 < step - first < rl_iters:
+            curve["iteration"].append(step - first)
+            curve["eval"].append(r["eval/eval_success"])
+            curve["eval_hard"].append(r.get("eval/eval_hard_success"))
+    if rl_iters:
+        curve["iteration"].append(rl_iters)
+        curve["eval"].append(evals["final"]["eval"]["success"])
+        curve["eval_hard"].append(evals["final"].get("eval_hard", {}).get("success"))
+    curve["rollout_success"] = [by_step[s]["rollout/success"] for s in rl_steps]
+    return curve
+
+
+def _split_record(e: dict[str, Any] | None) -> dict[str, Any] | None:
+    keys = ("success", "wins", "n", "per_game", "mean_turns", "invalid_rate")
+    return None if e is None else {k: e[k] for k in keys if k in e}
+
+
+def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool) -> dict[str, Any]:
+    """The runner's own evaluations of the start (``out['ref']``: the params RL started from)
+    and end policies: the third difficulty (greedy) and the Pass@(K,T) grids in both modes (a
+    policy trained without the budget in its prompts has its unstated grid from the trainer's
+    evaluations already: the same player, games, seed and grid)."""
+    if not (st.extra_eval or st.grids):
+        return {}
+    from meowjax.envs.pool import EnvPool
+    from meowjax.trainers import data, evaluate
+    from meowjax.trainers.registry import trainer_class
+    trainer = trainer_class(c.policy.interface)(c, workdir, training=False)
+    trainer.ckpt.close()
+    pool = EnvPool(data.env_spec(c, admissible=trainer.needs_admissible),
+                   num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
+    policies = {"start": out["ref"], "end": out["state"].params}
+    res: dict[str, Any] = {}
+    try:
+        if st.extra_eval:
+            name = study_config.SMOKE_EXTRA_EVAL if smoke else study_config.EXTRA_EVAL
+            tasks = evaluate.named_tasks(c, f"textworld:{name}:test", c.games.num_eval_hard)
+            res["extra"] = {"name": name, **{tag: evaluate.greedy_summary(
+                trainer, p, pool, tasks, budget=c.turns.eval_max_turns, seed=c.seed)
+                for tag, p in policies.items()}}
+        if st.grids:
+            tasks = data.game_sets(c)["eval"]
+            res["passkt"] = {}
+            for mode in ("unstated", "stated"):
+                stated = mode == "stated"
+                if not stated and not c.policy.state_budget:   # the trainer's grid is this one
+                    evals = out["evals"]
+                    res["passkt"][mode] = {"start": evals["start"]["pass_at_k_t"],
+                                           "end": evals["final"]["pass_at_k_t"]}
+                    continue
+                res["passkt"][mode] = {tag: evaluate.passkt_grid(
+                    trainer, p, pool, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
+                    samples=c.eval.num_samples, stated=stated, seed=c.seed)
+                    for tag, p in policies.items()}
+    finally:
+        pool.close()
+    return res
+
+
+def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir: str,
+                out: dict[str, Any], extra: dict[str, Any], walls: dict[str, float],
+                load: dict[str, Any], git: dict[str, Any]) -> dict:
+    """Everything the document needs from one cell, JSON-able (``git``: the commit at the
+    cell's start, the code it ran)."""
+    from meowjax.trainers import data
+    evals = out["evals"]
+    splits = {}
+    for key, hard in (("eval", False), ("eval_hard", True)):
+        if key in evals.get("start", {}):
+            splits[data.difficulty_name(c, hard)] = {
+                "role": "id" if not hard else "hard", "start": _split_record(evals["start"][key]),
+                "end": _split_record(evals.get("final", {}).get(key))}
+    if "extra" in extra:
+        x = extra["extra"]
+        splits[x["name"]] = {"role": "harder", "start": _split_record(x["start"]),
+                             "end": _split_record(x["end"])}
+    passkt = extra.get("passkt") or {"unstated": {
+        tag: evals[src]["pass_at_k_t"] for tag, src in (("start", "start"), ("end", "final"))
+        if "pass_at_k_t" in evals.get(src, {})}}
+    return {
+        "schema": SCHEMA, "study": study, "arm": arm, "seed": seed, "cell": cell_name(arm, seed),
+        "knobs": dict(knobs), "config_arg": config_arg(knobs, seed, smoke),
+        "config": json.loads(c.to_json_best_effort()),
+        **git, "command": shlex.join(["python", "-m", "experiments.studies", *sys.argv[1:]]),
+        "machine": load, "wall_s": walls, "plan": out["plan"], "rl_iters": out["rl_iters"],
+        "splits": splits, "curve": learning_curve(workdir, evals, out["rl_iters"]),
+        "passkt": passkt,
+        "diagnostics": {tag: evals.get(src, {}).get("diagnostics")
+                        for tag, src in (("start", "start"), ("end", "final"))},
+    }
+
+
+def run_cell(study: str, arm: str, knobs, seed: int, *, smoke: bool, workdir: str,
+             results_dir: str, games_dir: str = "", commit: bool = False) -> str | None:
+    """Trains and evaluates one cell unless its JSON exists; returns the JSON's path (None when
+    it was there already)."""
+    path = os.path.join(results_dir, study, cell_name(arm, seed) + ".json")
+    if os.path.exists(path):
+        logging.info("study %s: %s done (%s), skipped", study, cell_name(arm, seed), path)
+        return None
     from meowjax.trainers import run
-    out = run.run(cell.config, folder)
-    result = {"label": cell.label, "seed": cell.seed, "evals": out["evals"],
-              "rl_iters": out["rl_iters"], "plan": out["plan"]}
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-    return result
+    c = study_config.get_config(config_arg(knobs, seed, smoke))
+    if games_dir:
+        c.unlock()
+        c.games.cache_dir = games_dir
+        c.lock()
+    folder = os.path.join(workdir, study, cell_name(arm, seed))
+    git = git_state()      # before training: the code this process runs
+    load = {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}
+    t0 = time.time()
+    out = run.run(c, folder)
+    t1 = time.time()
+    extra = after_training(c, folder, out, STUDIES[study], smoke)
+    walls = {"train_and_eval": t1 - t0, "runner_eval": time.time() - t1,
+             "total": time.time() - t0}
+    load["loadavg_end"] = list(os.getloadavg())
+    record = cell_record(study, arm, knobs, seed, smoke, c, folder, out, extra, walls, load, git)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(studies_report.jsonable(record), f, indent=1, allow_nan=False)
+    os.replace(path + ".tmp", path)
+    console.info("study %s: %s written (%.1f min)", study, path, walls["total"] / 60)
+    if commit:
+        commit_file(path, f"results: {study} cell {cell_name(arm, seed)}")
+    return path
 
 
-def _success(res: dict[str, Any], split: str, tag: str = "final") -> float | None:
-    e = res["evals"].get(tag, {}).get(split)
-    return None if e is None else float(e["success"])
+def commit_file(path: str, message: str) -> None:
+    """Commits exactly ``path`` (other staged changes stay staged, uncommitted)."""
+    subprocess.run(["git", "add", "--", path], check=True)
+    subprocess.run(["git", "commit", "-q", "-m", message, "--", path], check=True)
 
 
-def success_rows(results: Sequence[dict[str, Any]], split: str,
-                 tag: str = "final") -> dict[str, list[float]]:
-    """{label: [success of each seed]} on one split (cells without that split are left out)."""
-    rows: dict[str, list[float]] = {}
-    for r in results:
-        s = _success(r, split, tag)
-        if s is not None:
-            rows.setdefault(r["label"], []).append(s)
-    return rows
-
-
-def budget_curves(results: Sequence[dict[str, Any]], k: int = 1) -> dict[str, Any]:
-    """{label: (ts, mean over seeds of Pass@(k,T), bootstrap low, high)} from final Pass@(K,T)."""
-    by_label: dict[str, list[np.ndarray]] = {}
-    ts_of: dict[str, list[int]] = {}
-    for r in results:
-        pk = r["evals"].get("final", {}).get("pass_at_k_t")
-        if pk is None:
-            continue
-        if k not in pk["ks"]:
-            raise ValueError(f"cell {r['label']} has no K={k} in its Pass@(K,T) grid {pk['ks']}.")
-        by_label.setdefault(r["label"], []).append(np.asarray(pk["mean"])[pk["ks"].index(k)])
-        ts_of[r["label"]] = pk["ts"]
-    curves = {}
-    for label, rows in by_label.items():
-        values_ST = np.stack(rows)
-        low, high = stats.bootstrap_ci(values_ST, np.mean) if len(rows) > 1 else (None, None)
-        curves[f"{label} (K={k})"] = (ts_of[label], values_ST.mean(0).tolist(),
-                                      None if low is None else np.asarray(low).tolist(),
-                                      None if high is None else np.asarray(high).tolist())
-    return curves
-
-
-def study_report(study: str, results: Sequence[dict[str, Any]], workdir: str,
-                 seeds: Sequence[int], smoke: bool) -> str:
-    """The comparison report of one study; returns its path."""
-    id_rows, hard_rows = success_rows(results, "eval"), success_rows(results, "eval_hard")
-    start_rows = success_rows(results, "eval", "start")
-    sections: list[Any] = [report.TextSection("Setup", (
-        f"Study `{study}`{' (smoke: toy size, numbers are not meaningful)' if smoke else ''}: "
-        f"{len(results)} runs, seeds {list(seeds)}. Success = greedy success on held-out games "
-        "after RL; mean over seeds with a 95% bootstrap interval over seeds (with one seed the "
-        "interval is the point). ID = the training difficulty; harder = the config's hard split."))]
-    if id_rows:
-        sections.append(report.MeanTable("Success on held-out games, training difficulty (ID)",
-                                         id_rows))
-    if hard_rows:
-        sections.append(report.MeanTable("Success on the harder split", hard_rows))
-    if start_rows:
-        sections.append(report.MeanTable("Success before RL (after SFT), ID", start_rows))
-    pooled = []
-    for label in id_rows:
-        wins = sum(int(r["evals"]["final"]["eval"]["wins"]) for r in results if r["label"] == label)
-        n = sum(int(r["evals"]["final"]["eval"]["n"]) for r in results if r["label"] == label)
-        pooled.append(report.SuccessRow(label, wins, n))
-    if pooled:
-        sections.append(report.SuccessTable("ID success pooled over seeds (Wilson)", pooled))
-    if study == "budget":
-        ks = results[0]["evals"]["final"]["pass_at_k_t"]["ks"] if results else [1]
-        curves = budget_curves(results, 1)
-        if max(ks) > 1:
-            curves.update(budget_curves(results, max(ks)))
-        if curves:
-            sections.append(report.BudgetCurves("Success vs evaluation turn budget", curves,
-                                                metric="Pass@(K,T)"))
-    return str(report.write_report(workdir, f"meowjax study: {study}", sections))
-
-
-def run_study(study: str, workdir: str, *, smoke: bool, seeds: Sequence[int],
-              estimators: Sequence[str] = study_algos.ESTIMATORS,
-              rewards: Sequence[str] = ("sparse", "dense"),
-              sft_shares: Sequence[float] = (0.0, 0.25), games_dir: str = "") -> str:
-    """Runs every cell of ``study`` under ``workdir`` and writes the report; returns its path."""
+def run_study(study: str, *, seeds: Sequence[int], smoke: bool, workdir: str, results_dir: str,
+              arms: Sequence[str] = (), games_dir: str = "", commit: bool = False) -> list[str]:
+    """Every (arm, seed) cell of ``study``, seed-major (all arms of seed 0 first, so a partial
+    study already compares arms); returns the JSON paths written now."""
     if study not in STUDIES:
-        raise ValueError(f"study={study!r}; choose one of {STUDIES}.")
-    cells = (algo_cells(estimators, rewards, sft_shares, seeds, smoke) if study == "algos"
-             else budget_cells(seeds, smoke))
-    results = []
-    for i, cell in enumerate(cells):
-        if games_dir:
-            cell.config.unlock()
-            cell.config.games.cache_dir = games_dir
-            cell.config.lock()
-        logging.info("study %s: cell %d/%d %s", study, i + 1, len(cells), cell.name)
-        results.append(run_cell(cell, workdir))
-    return study_report(study, results, workdir, seeds, smoke)
+        raise ValueError(f"--study={study!r}; choose one of {sorted(STUDIES)}.")
+    known = [a for a, _ in STUDIES[study].arms]
+    unknown = [a for a in arms if a not in known]
+    if unknown:
+        raise ValueError(f"--arms {unknown} are not arms of {study}; its arms: {known}.")
+    chosen = [(a, k) for a, k in STUDIES[study].arms if not arms or a in arms]
+    written = []
+    for seed in seeds:
+        for arm, knobs in chosen:
+            p = run_cell(study, arm, knobs, seed, smoke=smoke, workdir=workdir,
+                         results_dir=results_dir, games_dir=games_dir, commit=commit)
+            written += [p] if p else []
+    return written
 
 
 def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""
-    flags.DEFINE_enum("study", "algos", list(STUDIES), "Which study to run.")
-    flags.DEFINE_string("workdir", "runs/study", "One sub-folder per cell + the report.")
-    flags.DEFINE_bool("smoke", False, "Toy size: the whole sweep in a few minutes.")
-    flags.DEFINE_list("seeds", None, "Seeds (default 0,1,2; smoke 0,1).")
-    flags.DEFINE_list("estimators", None, "gae (PPO) / grpo / rloo (default: all; smoke: "
-                      "rloo,grpo).")
-    flags.DEFINE_list("rewards", ["sparse", "dense"], "sparse / dense / process.")
-    flags.DEFINE_list("sft_shares", None, "SFT shares of the budget (default 0,0.25; smoke: 0.5).")
+    flags.DEFINE_enum("study", None, sorted(STUDIES), "Which study to run.")
+    flags.DEFINE_bool("report", False, "Write the results document from the JSON files.")
+    flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of every cell.")
+    flags.DEFINE_list("arms", [], "Only these arms (row labels) of the study; default all.")
+    flags.DEFINE_bool("smoke", False, "Toy size (tests): results go under --workdir.")
+    flags.DEFINE_string("workdir", "runs/studies", "Training runs: <workdir>/<study>/<cell>/.")
+    flags.DEFINE_string("results_dir", "", f"Cell JSON files (default {RESULTS_DIR}; "
+                        "--smoke: <workdir>/results).")
+    flags.DEFINE_string("document", "", f"The results document (default {DOCUMENT}; --smoke: "
+                        "<workdir>/results.md).")
     flags.DEFINE_string("games_dir", "", "Override games.cache_dir of every cell.")
-    flags.DEFINE_string("compile_cache", "", "JAX persistent compilation cache folder (cells share "
-                        f"compiled shapes; default {xla_cache.DEFAULT_DIR}, --smoke: "
-                        "<workdir>/jax_cache).")
-    flags.DEFINE_bool("keep_host_memory", True, "Reuse freed host memory instead of returning "
-                      "it to the OS (glibc; meowjax/runtime/host_memory.py).")
+    flags.DEFINE_bool("commit", False, "git commit each cell's JSON as soon as it is written.")
+    flags.DEFINE_string("compile_cache", xla_cache.DEFAULT_DIR, "JAX persistent compilation "
+                        "cache folder, shared by the cells ('' = off).")
 
 
 def main(argv):
     del argv
     F = flags.FLAGS
-    console.install()  # phase lines and progress bars; -v 1 for every log line
-    smoke = F.smoke
-    if F.keep_host_memory:
+    if not F.study and not F.report:
+        raise app.UsageError(f"give --study=<{'|'.join(sorted(STUDIES))}> and/or --report.")
+    console.install()
+    results_dir = F.results_dir or (os.path.join(F.workdir, "results") if F.smoke else RESULTS_DIR)
+    document = F.document or (os.path.join(F.workdir, "results.md") if F.smoke else DOCUMENT)
+    if F.study:
         host_memory.keep_freed_memory()
-    xla_cache.enable(F.compile_cache or (os.path.join(F.workdir, "jax_cache") if smoke
-                                         else xla_cache.DEFAULT_DIR), min_compile_s=0.0)
-    seeds = [int(s) for s in (F.seeds or (["0", "1"] if smoke else ["0", "1", "2"]))]
-    estimators = F.estimators or (["rloo", "grpo"] if smoke else list(study_algos.ESTIMATORS))
-    shares = [float(s) for s in (F.sft_shares or (["0.5"] if smoke else ["0", "0.25"]))]
-    try:
-        path = run_study(F.study, F.workdir, smoke=smoke, seeds=seeds,
-                         estimators=estimators, rewards=F.rewards, sft_shares=shares,
-                         games_dir=F.games_dir)
-    except preemption.Preempted:   # as experiments/train.py: one line, status 75
-        print(f"Stopped by SIGTERM; finished cells and the running cell's state are saved under "
-              f"{F.workdir}. Rerun the same command to continue.", file=sys.stderr, flush=True)
-        sys.exit(preemption.EXIT_STATUS)
-    except workdir_lock.WorkdirBusy as e:
-        print(e, file=sys.stderr, flush=True)
-        sys.exit(1)
-    with open(path, encoding="utf-8") as f:
-        print(f.read())
+        xla_cache.enable(F.compile_cache, min_compile_s=0.0)
+        try:
+            run_study(F.study, seeds=[int(s) for s in F.seeds], smoke=F.smoke,
+                      workdir=F.workdir, results_dir=results_dir, arms=F.arms,
+                      games_dir=F.games_dir, commit=F.commit)
+        except preemption.Preempted:
+            print(f"Stopped by SIGTERM; finished cells are under {results_dir} and the running "
+                  f"cell's state under {F.workdir}. Rerun the same command to continue.",
+                  file=sys.stderr, flush=True)
+            sys.exit(preemption.EXIT_STATUS)
+        except workdir_lock.WorkdirBusy as e:
+            print(e, file=sys.stderr, flush=True)
+            sys.exit(1)
+    if F.report:
+        path = studies_report.write_document(results_dir, document,
+                                             expected_cells([int(s) for s in F.seeds]))
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

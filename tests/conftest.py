@@ -26,16 +26,16 @@ def tiny_games_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def trained_cell(tiny_games_dir, tmp_path_factory):
-    """One smoke cell of configs/study_algos.py trained to the end (SFT -> 2 RL iterations ->
+    """One smoke cell of configs/study.py trained to the end (SFT -> 2 RL iterations ->
     final evaluation) through an access-tracking config: workdir, config, tracked view."""
-    from configs import study_algos
+    from configs import study
     from meowjax.trainers import run
     from tests import config_tracking
-    c = study_algos.get_config("estimator=rloo,reward=sparse,sft_share=0.5,seed=0,smoke=True")
+    c = study.get_config("estimator=rloo,reward=sparse,sft_share=0.5,seed=0,smoke=True")
     c.unlock()
     c.games.cache_dir = tiny_games_dir
     c.lock()
-    workdir = str(tmp_path_factory.mktemp("trained") / "rloo_-_sparse_-_sft_0.5_seed0")
+    workdir = str(tmp_path_factory.mktemp("trained") / "rloo-sparse-s0")
     tracked = config_tracking.track(c)
     run.run(tracked, workdir)
     return types.SimpleNamespace(workdir=workdir, config=c, tracked=tracked)

@@ -14,7 +14,7 @@ from tests import config_tracking
 
 # config run (smoke) -> the config files whose set fields that run must read. BudgetMix is the
 # fixed-budget config plus `turns.budget_mix`: one run checks both. configs/default.py is checked
-# by the scoring trainer's pulse test (tests/test_trainers.py) and configs/study_algos.py by the
+# by the scoring trainer's pulse test (tests/test_trainers.py) and configs/study.py by the
 # trained cell of tests/conftest.py, runs the suite makes anyway.
 RUNS = {"textworld_budgetmix": ("textworld_fixed_budget", "textworld_budgetmix"),
         "swe_tiny": ("swe_tiny",), "smollm2_textworld": ("smollm2_textworld",),
@@ -35,9 +35,9 @@ def test_config_honesty_every_set_field_is_read(name, tiny_games_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_config_honesty_study_algos(trained_cell):
-    """configs/study_algos.py: its smoke cell is trained once per test run (tests/conftest.py)."""
-    config_tracking.assert_honest("study_algos", trained_cell.tracked)
+def test_config_honesty_study(trained_cell):
+    """configs/study.py: its smoke cell is trained once per test run (tests/conftest.py)."""
+    config_tracking.assert_honest("study", trained_cell.tracked)
 
 
 def test_config_tracking_sees_unread_fields():
@@ -59,4 +59,14 @@ def test_free_text_interface_refuses_scoring_fields(field, tmp_path):
     setattr(c.policy, field, 1 if field == "window" else True)
     c.lock()
     with pytest.raises(ValueError, match="policy.window / policy.history"):
+        TextTrainer(c, str(tmp_path / "run"))
+
+
+def test_free_text_interface_refuses_a_stated_budget(tmp_path):
+    from meowjax.trainers.text_trainer import TextTrainer
+    c = config_tracking.smoke_config("swe_tiny", str(tmp_path / "games"))
+    c.unlock()
+    c.policy.state_budget = True
+    c.lock()
+    with pytest.raises(ValueError, match="policy.state_budget is for policy.interface='score'"):
         TextTrainer(c, str(tmp_path / "run"))

@@ -202,3 +202,18 @@ def test_prompt_builder_window_and_history(tmp_path):
     # The rendered prompt is exactly the chat template of those messages.
     text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     assert hist.prompt_ids("win", obs, acts) == tok.encode(text, add_special_tokens=False)
+
+
+def test_prompt_builder_states_the_turns_left_only_when_asked(tmp_path):
+    from meowjax.rollout import score_episodes
+    tok = tokenizer.train_bpe_tokenizer(["open box take key go north"] * 20, 300, str(tmp_path))
+    obs, acts = ["Room: A", "Room: A box open", "Room: B"], ["open box", "go north"]
+    stated = score_episodes.PromptBuilder(tok, window=0, max_cands=4, history=True,
+                                          state_budget=True)
+    last = stated.messages("win", obs, acts, budget=8)[-1]["content"]
+    assert "Turns left: 6 of 8\nActions so far: open box; go north\nRoom: B" in last
+    assert "Turns left: 8 of 8" in stated.messages("win", obs[:1], [], budget=8)[-1]["content"]
+    plain = score_episodes.PromptBuilder(tok, window=0, max_cands=4, history=True)
+    assert "Turns left" not in plain.messages("win", obs, acts, budget=8)[-1]["content"]
+    with pytest.raises(ValueError, match="needs the episode's turn budget"):
+        stated.messages("win", obs, acts)

@@ -258,3 +258,14 @@ def estimate_pass_at_k_t(
         min_samples=min_samples,
         alpha=alpha,
     )
+
+
+def grid_json(records: Mapping[Any, Any], ks: Sequence[int], ts: Sequence[int] | None = None,
+              mode: str = "single_run") -> dict[str, Any]:
+    """``estimate_pass_at_k_t(...).to_json()`` plus ``per_task``: {task: values_KT} (lists), so
+    that two grids measured on the same tasks can be compared task by task (paired)."""
+    res = estimate_pass_at_k_t(records, ks, ts, mode=mode)
+    per_task_NKT = (pass_at_k_t_per_task(records, ks, res.ts) if mode == "single_run"
+                    else pass_at_k_t_per_budget_per_task(records, ks, res.ts))
+    tasks = list(records) if mode == "single_run" else list(records[res.ts[0]])
+    return {**res.to_json(), "per_task": {str(t): v.tolist() for t, v in zip(tasks, per_task_NKT)}}

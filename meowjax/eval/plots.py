@@ -123,3 +123,39 @@ def plot_budget_curves(
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return _save(fig, path)
+
+
+def plot_grouped_bars(
+    path: str | pathlib.Path,
+    groups: Sequence[str],
+    series: Mapping[str, tuple[Sequence[float], Sequence[float] | None, Sequence[float] | None]],
+    metric: str = "rate",
+    title: str = "",
+) -> pathlib.Path:
+    """Bars per group (x) and series (colour), with optional interval whiskers.
+
+    series = {label: (values_G, low_G, high_G)}; low/high may be None (no whiskers) and hold
+    NaN where a group's interval is unknown.
+    """
+    if not groups or not series:
+        raise ValueError("plot_grouped_bars needs at least one group and one series")
+    fig = _new_figure((max(6.0, 1.2 * len(groups) + 2), 4.0))
+    ax = fig.add_subplot()
+    width = 0.8 / len(series)
+    x_G = np.arange(len(groups), dtype=np.float64)
+    for i, (label, (values, low, high)) in enumerate(series.items()):
+        v_G = np.asarray(values, np.float64)
+        if v_G.shape != x_G.shape:
+            raise ValueError(f"series {label!r} has {v_G.size} values for {len(groups)} groups")
+        err = None
+        if low is not None and high is not None:
+            lo_G, hi_G = np.asarray(low, np.float64), np.asarray(high, np.float64)
+            err = np.nan_to_num(np.stack([v_G - lo_G, hi_G - v_G]), nan=0.0)
+        ax.bar(x_G + (i - (len(series) - 1) / 2) * width, np.nan_to_num(v_G), width, yerr=err,
+               capsize=3, label=label)
+    ax.set_xticks(x_G, list(groups), rotation=15, fontsize="small")
+    ax.set_ylabel(metric)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, path)

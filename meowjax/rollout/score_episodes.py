@@ -65,22 +65,27 @@ def to_trajectory(ep: ScoreEpisode) -> trajectory.Trajectory:
 class PromptBuilder:
     """Renders prompts and tokenizes candidate commands (with a cache: commands repeat a lot)."""
 
-    def __init__(self, tokenizer, window: int, max_cands: int, history: bool = False):
+    def __init__(self, tokenizer, window: int, max_cands: int, history: bool = False,
+                 state_budget: bool = False):
         self.tok = tokenizer
         self.window = window
         self.history = history
+        self.state_budget = state_budget
         self.max_cands = max_cands
         self.fmt = chat.ChatFormat(instruction=SCORE_INSTRUCTION, window=window)
         self._cand_cache: dict[str, list[int]] = {}
         self.eot = tokenizer.eos_token_id
 
     def messages(self, objective: str, observations: Sequence[str],
-                 actions: Sequence[str]) -> list[dict[str, str]]:
+                 actions: Sequence[str], budget: int | None = None) -> list[dict[str, str]]:
         """system, then (obs_s, a_s+1, ..., obs_t) with s = max(0, t - window).
 
         history=True prefixes the last observation with the episode's actions so far
         (``"Actions so far: a_1; a_2; ..."`` or ``"none"``): a compact memory of progress beyond
         the window (which steps of the objective are done), at ~5 tokens per past turn.
+        state_budget=True prefixes it with the turns left of the episode's ``budget``
+        (``"Turns left: 3 of 8"``): the prompt states the budget, so an agent can act on it
+        (Pass@(K,T) must then be measured per budget, not read off one run at T_max).
         """
         t = len(actions)
         s = max(0, t - self.window)
@@ -91,11 +96,14 @@ class PromptBuilder:
         last = observations[t]
         if self.history:
             last = history_line(actions) + "\n" + last.strip()
+        if self.state_budget:
+            last = budget_line(budget, t) + "\n" + last.strip()
         msgs.append(chat.user_message(last))
         return msgs
 
-    def prompt_ids(self, objective, observations, actions) -> list[int]:
-        text = self.tok.apply_chat_template(self.messages(objective, observations, actions),
+    def prompt_ids(self, objective, observations, actions, budget=None) -> list[int]:
+        text = self.tok.apply_chat_template(self.messages(objective, observations, actions,
+                                                          budget),
                                             tokenize=False, add_generation_prompt=True)
         return self.tok.encode(text, add_special_tokens=False)
 
@@ -106,14 +114,23 @@ class PromptBuilder:
             self._cand_cache[command] = ids
         return ids
 
-    def row(self, objective, observations, actions, commands) -> dict[str, np.ndarray]:
-        return scoring.pack_turn(self.prompt_ids(objective, observations, actions),
+    def row(self, objective, observations, actions, commands,
+            budget: int | None = None) -> dict[str, np.ndarray]:
+        return scoring.pack_turn(self.prompt_ids(objective, observations, actions, budget),
                                  [self.candidate_ids(c) for c in commands], self.max_cands)
 
 
 def history_line(actions: Sequence[str]) -> str:
     """``"Actions so far: a_1; a_2"`` (``"Actions so far: none"`` on the first turn)."""
     return "Actions so far: " + ("; ".join(a.strip() for a in actions) if actions else "none")
+
+
+def budget_line(budget: int | None, turns_done: int) -> str:
+    """``"Turns left: 3 of 8"`` before the agent's (turns_done + 1)-th action."""
+    if budget is None or budget < 1:
+        raise ValueError(f"policy.state_budget=True needs the episode's turn budget (>= 1), got "
+                         f"{budget!r}; pass budget= to PromptBuilder.row.")
+    return f"Turns left: {budget - turns_done} of {budget}"
 
 
 def sample_from_logp(logp_C: np.ndarray, rng: np.random.Generator, greedy: bool) -> int:
@@ -156,7 +173,8 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
         for i in range(len(slots)):
             if not live[i]:
                 continue
-            row = builder.row(objectives[i], observations[i], actions[i], admissible[i])
+            row = builder.row(objectives[i], observations[i], actions[i], admissible[i],
+                              budget=max_turns[i])
             if len(row["tokens"]) > max(length_buckets):
                 # The turn does not fit the largest bucket: end the episode and say so (never
                 # truncate). Raise rollout.length_buckets or lower policy.window if this is common.
@@ -200,9 +218,10 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
 
 def expert_turns(builder: PromptBuilder, objective: str, observations: Sequence[str],
                  actions: Sequence[str], admissible: Sequence[Sequence[str]],
-                 rewards: Sequence[float] = ()) -> list[dict]:
+                 rewards: Sequence[float] = (), budget: int | None = None) -> list[dict]:
     """SFT rows from an expert trajectory: packed row + index of the expert's command.
 
+    ``budget``: the turn budget a prompt that states it (``state_budget``) shows.
     Steps whose expert command is not admissible are skipped (counted by the caller).
     """
     out = []
@@ -210,7 +229,7 @@ def expert_turns(builder: PromptBuilder, objective: str, observations: Sequence[
         cmds = list(admissible[t])
         if a not in cmds:
             continue
-        row = builder.row(objective, observations, actions[:t], cmds)
+        row = builder.row(objective, observations, actions[:t], cmds, budget=budget)
         row["chosen"] = np.int32(cmds.index(a))
         out.append(row)
     return out

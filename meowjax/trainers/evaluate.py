@@ -307,3 +307,39 @@ def write_eval_report(result: EvalResult, out_dir: str, step: int = 0) -> str:
 def out_dir_name(name: str) -> str:
     """``eval_<name>`` with the set name made filesystem-safe."""
     return "eval_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+
+
+# -- evaluations of given params (the studies: start and end policies of one run) -----------
+def greedy_summary(trainer: Any, params: Any, pool, tasks: Sequence[Task], *, budget: int,
+                   seed: int) -> dict[str, Any]:
+    """Greedy success on ``tasks`` with each game's outcome (``outcomes.success_summary``),
+    played by the trainer's own evaluation player."""
+    return outcomes.success_summary(trainer.play_tasks(params, pool, tasks, samples=1,
+                                                       budget=budget, greedy=True, seed=seed,
+                                                       desc=f"greedy T={budget}"))
+
+
+def passkt_grid(trainer: Any, params: Any, pool, tasks: Sequence[Task], *, ks: Sequence[int],
+                ts: Sequence[int], samples: int, stated: bool, seed: int) -> dict[str, Any]:
+    """Pass@(K,T) (``passk.grid_json``: means, intervals, per-task values) in the mode that
+    matches the prompt: not stating the budget, one sampled run per episode at max(ts) read at
+    every T ("single_run"); stating it, a separate run at every T whose prompts state T
+    ("per_budget"). The trainer's prompts are set accordingly and left as they were after."""
+    if samples < max(ks):
+        raise ValueError(f"samples={samples} < max(ks)={max(ks)}: Pass@K needs at least K "
+                         "episodes per task.")
+    before = bool(trainer.c.policy.state_budget)
+    trainer.set_state_budget(stated)
+    try:
+        if not stated:
+            eps = trainer.play_tasks(params, pool, tasks, samples=samples, budget=max(ts),
+                                     greedy=False, seed=seed, desc=f"sampled T={max(ts)}")
+            return passk.grid_json(outcomes.by_task(eps), ks, ts, mode="single_run")
+        by_budget = {}
+        for stream, t in enumerate(sorted(set(int(t) for t in ts))):
+            eps = trainer.play_tasks(params, pool, tasks, samples=samples, budget=t, greedy=False,
+                                     seed=seed, stream=stream, desc=f"sampled T={t}, stated")
+            by_budget[t] = outcomes.by_task(eps)
+        return passk.grid_json(by_budget, ks, ts, mode="per_budget")
+    finally:
+        trainer.set_state_budget(before)

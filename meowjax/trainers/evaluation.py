@@ -42,9 +42,8 @@ class Evaluation:
             if sampled and split == "eval" and c.eval.num_samples > 0:
                 trajs = self.play_tasks(params, pool, tasks, samples=c.eval.num_samples,
                                         greedy=False, desc=f"{split} sampled", **kw)
-                out["pass_at_k_t"] = passk.estimate_pass_at_k_t(
-                    outcomes.by_task(trajs), c.eval.pass_ks, c.eval.pass_ts,
-                    mode="single_run").to_json()
+                out["pass_at_k_t"] = passk.grid_json(outcomes.by_task(trajs), c.eval.pass_ks,
+                                                     c.eval.pass_ts, mode="single_run")
                 diag = self.turn_diagnostics(tasks, trajs)
                 if diag is not None:
                     out["diagnostics"] = diag

@@ -162,6 +162,12 @@ class AgentTrainer(Evaluation, abc.ABC):
     def setup_steps(self) -> None:
         """Sets self.units (``steps.Units``) and whatever jitted rollout function ``play`` uses."""
 
+    def set_state_budget(self, on: bool) -> None:
+        """Whether prompts state the turn budget from now on (``policy.state_budget``)."""
+        if on:
+            raise ValueError(f"the {self.interface!r} interface cannot state the turn budget in "
+                             "its prompts (policy.state_budget is for interface 'score').")
+
     def batch_row_fields(self) -> dict[str, int]:
         """Config fields that fix a device batch's row count (each must divide the batch shards)."""
         return {"sft.batch_rows": self.c.sft.batch_rows,

@@ -31,7 +31,8 @@ class ScoreTrainer(loop.AgentTrainer):
                               pad_token_id=self.tok.pad_token_id,
                               eos_token_id=self.tok.eos_token_id, **dict(c.model.overrides))
         self.builder = score_episodes.PromptBuilder(self.tok, c.policy.window, c.policy.max_cands,
-                                                    history=c.policy.history)
+                                                    history=c.policy.history,
+                                                    state_budget=c.policy.state_budget)
         self.pad_values = {"cand": c.policy.max_cands}
         self.init_params = lambda key: lm.init_params(self.cfg, key)
 
@@ -40,6 +41,11 @@ class ScoreTrainer(loop.AgentTrainer):
         kw = dict(max_cands=c.policy.max_cands, norm=c.policy.score_norm)
         self.score_fn = score_steps.make_score_fn(self.cfg, **kw)
         self.units = score_steps.ScoreUnits(self.cfg, **kw)
+
+    def set_state_budget(self, on: bool) -> None:
+        """Whether prompts state the turn budget from now on (an evaluation that prompts a
+        policy otherwise than it was trained: the two Pass@(K,T) modes)."""
+        self.builder.state_budget = bool(on)
 
     def row_units(self, x_U: np.ndarray, row: dict[str, np.ndarray]) -> np.float32:
         return np.float32(x_U[0])
@@ -50,7 +56,10 @@ class ScoreTrainer(loop.AgentTrainer):
         return {**fields, "rollout.tasks_per_iter * rollout.group_size": rollout}
 
     def make_sft_rows(self, expert):
-        return [r for ex in expert for r in score_episodes.expert_turns(self.builder, **ex)]
+        # A prompt that states the budget shows the demonstrations under the training budget.
+        budget = int(self.c.turns.max_turns)
+        return [r for ex in expert
+                for r in score_episodes.expert_turns(self.builder, **ex, budget=budget)]
 
     def rows_per_iter_estimate(self) -> int:
         return self.batch_rows * self.c.turns.max_turns // 2

@@ -32,6 +32,9 @@ class TextTrainer(loop.AgentTrainer):
             raise ValueError("policy.window / policy.history are for policy.interface='score'; "
                              "the free-text interface keeps the whole episode in its context "
                              "(up to max(rollout.length_buckets) tokens): unset them.")
+        if c.policy.state_budget:
+            raise ValueError("policy.state_budget is for policy.interface='score' (its prompts "
+                             "can state the turns left); set it to False for free text.")
 
     def setup_model(self) -> None:
         c = self.c

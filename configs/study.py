@@ -1,0 +1,121 @@
+"""One cell of the studies: the default run's recipe (configs/default.py) at study scale.
+
+experiments/studies.py sweeps these cells over seeds (studies: algos, sft_share, budget) and
+writes one JSON per cell under docs/results/ and the document docs/results.md. One cell alone:
+
+    python -m experiments.train --config=configs/study.py:estimator=gae,reward=dense,seed=1 \
+        --workdir=runs/study_gae_dense_s1
+    python -m experiments.studies --study=algos            # every cell x seeds 0,1,2
+    python -m experiments.train --config=configs/study.py:smoke=True --workdir=/tmp/cell
+
+Study scale (what differs from configs/default.py; model, interface, prompt, SFT and RL
+hyper-parameters, temperature, KL, reward wrapper and length buckets are the default run's):
+
+  * budget 1120 episode-units instead of 3680: 80 SFT demonstrations (x 10 units) + 320 RL
+    episodes = 10 iterations of 8 games x 4 (default: 240 + 1280 = 40 iterations), the default's
+    SFT share rounded (0.714 vs 0.652); ``sft_share`` spends the same budget otherwise (0: 35
+    RL iterations, no SFT; 1: 112 demonstrations, no RL);
+  * 40 held-out test games per difficulty (default 80), w2-o3-q4 and w3-o5-q6, plus w4-o6-q8
+    evaluated by the studies runner (``EXTRA_EVAL``);
+  * a greedy held-out evaluation about every third of RL (``eval.every_iters``) for the
+    learning curve; sampled evaluation (Pass@(K,T), per-turn diagnostics) at start and end.
+
+Cell time. Estimated for 2 quiet cores from the default run's phase times (docs/results-history.md:
+SFT 3.0 min for 240 demonstrations, RL 7.6 min for 40 iterations, ~0.6 min per evaluation of
+twice these games): SFT ~1 min, RL ~2 min, evaluations (start, two periodic, final, the runner's
+w4-o6-q8) ~1 min, start-up ~0.3 min: ~4 min. Measured on 2 cores shared with 3-5 other jobs
+(load average 4-16): the algos cell rloo / process, seed 0, took 20.9 min with an empty XLA
+cache (532 s compiling), 17.0 and 8.8 min with a warm one (load average 8.5-16.5 and 11.6-6.2
+at start-end); docs/results.md lists every cell's wall time and load.
+Budget cells cost more (Pass@(K,T) from 4 sampled episodes a game, the stated mode played at
+every T): budgetmix stated, seed 0, took 12.2 min at load average ~6 (6.4 min training and the
+trainer's evaluations, 5.9 min the runner's two grids). SFT-share cells with less SFT cost more
+(share 0: 35 RL iterations).
+
+Knobs: ``estimator`` (gae = PPO with a critic and token GAE, turn_gae, grpo, rloo, gigpo),
+``reward`` (sparse = win, dense = score gained per turn, process = expert-plan progress),
+``sft_share`` (negative: the study's default share), ``budget_mix`` (turn budgets separated by
+``/``, each RL episode's budget drawn from them; empty: a fixed budget of 12), ``state_budget``
+(every prompt states the turns left), ``passkt_grid`` (the turn-budget study's Pass@(K,T) grid,
+K 1,2,4 x T 2..12, from 4 sampled episodes a game), ``seed``, ``smoke`` (toy size, seconds).
+"""
+
+from configs import common
+from configs import default
+
+ESTIMATORS = ("gae", "turn_gae", "grpo", "rloo", "gigpo")
+REWARDS = ("sparse", "dense", "process")
+TOTAL_EPISODES = 1120
+SFT_SHARE = 800 / 1120          # 80 demonstrations + 320 RL episodes
+MAX_SFT_DEMOS = TOTAL_EPISODES // 10
+EVAL_GAMES = 40
+# The turn-budget study's grid (w2-o3-q4 walkthroughs take ~4 commands: "less than optimal"
+# up to ~3x optimal).
+GRID_KS, GRID_TS = (1, 2, 4), (2, 3, 4, 6, 8, 12)
+# A third, harder held-out difficulty, evaluated greedily by the studies runner at the start and
+# the end of RL (the Practitioner's Guide's w4-o6-q8; the trainer evaluates two difficulties).
+# Its 60 test games were generated in 334 s on the 2 shared cores (walkthroughs of 7-8 commands).
+EXTRA_EVAL = "w4-o6-q8"
+SMOKE_EXTRA_EVAL = "w1-o3-q3"
+
+
+def parse_mix(text: str) -> tuple[int, ...]:
+    """``"2/4/8"`` -> (2, 4, 8); "" -> () (a fixed budget)."""
+    try:
+        mix = tuple(int(x) for x in text.split("/") if x)
+    except ValueError:
+        mix = (0,)
+    if mix and min(mix) < 1:
+        raise ValueError(f"budget_mix={text!r}: give positive turn budgets separated by '/', "
+                         "e.g. 2/4/8/12, or leave it empty for a fixed budget.")
+    return mix
+
+
+def rl_iterations(c) -> int:
+    """RL iterations of the plan (trainers.data.budget_plan's count over one iteration's
+    episodes): the learning curve's evaluation interval is cut from it."""
+    rl_episodes = int(round((1 - c.budget.sft_share) * c.budget.total_episodes))
+    return rl_episodes // (c.rollout.tasks_per_iter * c.rollout.group_size)
+
+
+def get_config(arg=None):
+    arg = common.parse_arg(arg, smoke=False, seed=0, estimator="rloo", reward="process",
+                           sft_share=-1.0, budget_mix="", state_budget=False, passkt_grid=False)
+    if arg.estimator not in ESTIMATORS:
+        raise ValueError(f"estimator={arg.estimator!r}; choose one of {ESTIMATORS}.")
+    if arg.reward not in REWARDS:
+        raise ValueError(f"reward={arg.reward!r}; choose one of {REWARDS}.")
+    share = SFT_SHARE if arg.sft_share < 0 else arg.sft_share
+    if share > 1:
+        raise ValueError(f"sft_share={arg.sft_share} must be in [0, 1] (negative: the study's "
+                         f"default {SFT_SHARE:.3f}).")
+    mix = parse_mix(arg.budget_mix)
+    c = default.get_config(f"smoke={arg.smoke}")
+    c.unlock()
+    c.name = (f"study_{arg.estimator}_{arg.reward}_sft{share:.3g}"
+              + (f"_mix{arg.budget_mix.replace('/', '-')}" if mix else "")
+              + ("_stated" if arg.state_budget else ""))
+    c.seed = arg.seed
+    c.rl.estimator = arg.estimator
+    c.env.reward_mode = arg.reward
+    c.policy.state_budget = arg.state_budget
+    if not arg.smoke:
+        c.budget.update(dict(total_episodes=TOTAL_EPISODES, sft_share=share))
+        c.games.update(dict(num_sft=MAX_SFT_DEMOS, num_eval=EVAL_GAMES,
+                            num_eval_hard=EVAL_GAMES))
+    else:
+        c.budget.sft_share = share
+        c.games.num_sft = max(c.games.num_sft, int(round(share * c.budget.total_episodes
+                                                         / c.budget.sft_demo_cost)))
+    if mix:
+        if arg.smoke:               # the smoke run's budget (6) caps the mix
+            mix = tuple(sorted({min(b, c.turns.max_turns) for b in mix}))
+        c.turns.update(dict(budget_mix=mix, max_turns=max(mix)))
+    if arg.passkt_grid:
+        ks, ts = (GRID_KS, GRID_TS) if not arg.smoke else ((1, 2), (2, 4, 6))
+        c.eval.update(dict(num_samples=max(ks), pass_ks=ks, pass_ts=ts))
+        c.turns.eval_max_turns = max(ts)
+    iters = rl_iterations(c)
+    c.eval.every_iters = -(-iters // 3) if iters >= 3 else 0
+    c.lock()
+    return c

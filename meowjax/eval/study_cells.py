@@ -1,0 +1,125 @@
+"""Reading the studies' cell records (JSON written by experiments/studies.py): accessors for
+splits, per-game outcomes, learning curves, Pass@(K,T) grids and diagnostics, and the pairings
+of two arms (same seed) or two policies of one cell (same games). Host only, no JAX."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from meowjax.eval import study_stats as ss
+
+Cells = dict[str, dict[int, dict[str, Any]]]          # arm -> seed -> cell record
+
+
+def load_cells(results_dir: str) -> dict[str, Cells]:
+    """{study: {arm: {seed: record}}} of every ``<study>/*.json`` under ``results_dir``."""
+    out: dict[str, Cells] = {}
+    root = pathlib.Path(results_dir)
+    for path in sorted(root.glob("*/*.json")):
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+            study, arm, seed = rec["study"], rec["arm"], int(rec["seed"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path} is not a study cell record ({type(e).__name__}: {e}); "
+                             "delete it and rerun its study to write it again.") from e
+        out.setdefault(study, {}).setdefault(arm, {})[seed] = rec
+    return out
+
+
+def split_of(rec: dict[str, Any], role: str) -> tuple[str, dict[str, Any]] | None:
+    """(name, {start, end}) of the cell's held-out split of ``role`` (id / hard / harder)."""
+    for name, s in rec.get("splits", {}).items():
+        if s.get("role") == role:
+            return name, s
+    return None
+
+
+def outcomes(rec: dict[str, Any], role: str, tag: str) -> dict[str, bool] | None:
+    s = split_of(rec, role)
+    return None if s is None or not s[1].get(tag) else s[1][tag]["per_game"]
+
+
+def success(rec: dict[str, Any], role: str, tag: str = "end") -> float | None:
+    s = split_of(rec, role)
+    return None if s is None or not s[1].get(tag) else float(s[1][tag]["success"])
+
+
+def pairs(a: dict[str, bool] | None, b: dict[str, bool] | None):
+    """(a's outcomes, b's outcomes) on the games both played, in one order."""
+    if not a or not b:
+        return None
+    ids = sorted(set(a) & set(b))
+    return [a[i] for i in ids], [b[i] for i in ids]
+
+
+def auc(rec: dict[str, Any]) -> float:
+    c = rec.get("curve") or {}
+    return ss.area_under_curve(c.get("iteration", []), c.get("eval", []))
+
+
+def grid(rec: dict[str, Any], mode: str, tag: str) -> dict[str, Any] | None:
+    return (rec.get("passkt") or {}).get(mode, {}).get(tag)
+
+
+def grid_value(g: dict[str, Any], k: int, t: int, task: str | None = None) -> float:
+    vals = g["mean"] if task is None else g["per_task"][task]
+    return float(vals[g["ks"].index(k)][g["ts"].index(t)])
+
+
+def complete(cells: Cells, arms: Sequence[str], seeds: Sequence[int]) -> bool:
+    return all(s in cells.get(a, {}) for a in arms for s in seeds)
+
+
+def seed_diffs(cells: Cells, a: str, b: str, fn: Callable[[dict], float | None]) -> list[float]:
+    """fn(a's cell) − fn(b's cell) for every seed both arms have (same seed: same SFT policy)."""
+    out = []
+    for s in sorted(set(cells.get(a, {})) & set(cells.get(b, {}))):
+        x, y = fn(cells[a][s]), fn(cells[b][s])
+        if x is not None and y is not None and x == x and y == y:
+            out.append(x - y)
+    return out
+
+
+def paired_arms(cells: Cells, a: str, b: str, role: str = "id") -> tuple:
+    """a − b on the same games, end policies, every seed both have pooled."""
+    groups = []
+    for s in sorted(set(cells.get(a, {})) & set(cells.get(b, {}))):
+        p = pairs(outcomes(cells[b][s], role, "end"), outcomes(cells[a][s], role, "end"))
+        groups += [p] if p else []
+    return ss.pooled_paired(groups)
+
+
+def rl_gain_pairs(recs: Sequence[dict[str, Any]], role: str) -> tuple:
+    """end − start on the same games, pooled over the given cells."""
+    groups = [p for r in recs if (p := pairs(outcomes(r, role, "start"), outcomes(r, role, "end")))]
+    return ss.pooled_paired(groups)
+
+
+def grid_mean(recs: Sequence[dict], mode: str, tag: str) -> tuple[dict, np.ndarray] | None:
+    gs = [g for r in recs if (g := grid(r, mode, tag))]
+    if not gs:
+        return None
+    return gs[0], np.mean([np.asarray(g["mean"], np.float64) for g in gs], axis=0)
+
+
+def task_diffs(recs: Sequence[dict], fn: Callable[[dict, str], float]) -> list[float]:
+    """fn(cell, task) for every task of every cell (units: (seed, task) pairs)."""
+    out = []
+    for r in recs:
+        g = grid(r, "unstated", "end") or grid(r, "stated", "end")
+        for task in (g or {}).get("per_task", {}):
+            try:
+                out.append(fn(r, task))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out
+
+
+def diag_change(rec: dict[str, Any], key: str) -> float | None:
+    d = rec.get("diagnostics") or {}
+    a, b = (d.get("start") or {}).get(key), (d.get("end") or {}).get(key)
+    return None if a is None or b is None else b - a

@@ -1,0 +1,171 @@
+"""The studies: one cell end to end at smoke size (JSON written, a rerun skips it), the
+results document from hand-made fixture cells (tests/fixtures/studies) with numbers checked by
+hand, and the study statistics."""
+import json
+import math
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from meowjax.eval import stats, studies_report
+from meowjax.eval import study_stats as ss
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "studies")
+T_975_1 = 12.706204736174698     # Student's t, 97.5% quantile, 1 degree of freedom (tables)
+
+
+def test_studies_seed_interval_is_students_t_by_hand():
+    mean, low, high = ss.seed_interval([0.75, 0.5])
+    half = T_975_1 * np.std([0.75, 0.5], ddof=1) / math.sqrt(2)       # 12.706 * 0.125
+    assert (mean, low, high) == pytest.approx((0.625, 0.625 - half, 0.625 + half))
+    assert low == pytest.approx(-0.96328, abs=1e-5)
+    assert ss.seed_interval([0.4])[0] == 0.4 and math.isnan(ss.seed_interval([0.4])[1])
+    assert all(math.isnan(v) for v in ss.seed_interval([]))
+
+
+def test_studies_verdict_rule_and_curve_area():
+    assert ss.verdict(0.01, 0.2, +1) == ss.MATCHES
+    assert ss.verdict(0.01, 0.2, -1) == ss.CONTRADICTS
+    assert ss.verdict(-0.3, -0.1, -1) == ss.MATCHES
+    assert ss.verdict(-0.1, 0.2, +1) == ss.NOISE
+    assert ss.verdict(math.nan, math.nan, +1) == ss.NOISE
+    assert ss.verdict(0.1, 0.2, +1, complete=False) == ss.MISSING
+    # (4 x 0.5 + 4 x 0.625 + 2 x 0.75) / 10
+    assert ss.area_under_curve([0, 4, 8, 10], [0.5, 0.5, 0.75, 0.75]) == pytest.approx(0.6)
+    assert ss.area_under_curve([0], [0.3]) == 0.3
+    assert ss.area_under_curve([0, 5, 10], [0.2, None, 0.4]) == pytest.approx(0.3)
+
+
+def test_studies_pooled_paired_concatenates_the_seeds_games():
+    groups = [([1, 1, 0, 0], [1, 1, 1, 0]), ([1, 0, 1, 0], [1, 0, 1, 0])]
+    gain, low, high, n = ss.pooled_paired(groups)
+    want = stats.paired_difference_interval([1, 1, 0, 0, 1, 0, 1, 0], [1, 1, 1, 0, 1, 0, 1, 0])
+    assert n == 8 and gain == pytest.approx(1 / 8) and (gain, low, high) == pytest.approx(want)
+
+
+def expected(seeds):
+    from experiments import studies
+    return studies.expected_cells(seeds)
+
+
+def row(md: str, first_cell: str) -> list[str]:
+    """The cells of the first table row starting with ``| first_cell |``."""
+    m = re.search(r"^\| " + re.escape(first_cell) + r" \|(.*)\|$", md, re.M)
+    assert m, f"no row {first_cell!r}"
+    return [c.strip() for c in m.group(1).split("|")]
+
+
+def test_studies_report_from_fixture_cells(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES, results)
+    doc = tmp_path / "results.md"
+    studies_report.write_document(str(results), str(doc), expected([0, 1, 2]))
+    md = doc.read_text()
+    # Q1: success after RL of gae / sparse over seeds 0, 1 (0.75, 0.5): 0.625 +- 12.706 * 0.125.
+    assert row(md, "gae / sparse") == ["2/3", "0.500 [0.500, 0.500]", "0.625 [-0.963, 2.213]",
+                                       "0.500 [-0.771, 1.771]"]   # areas 0.6 and 0.4
+    assert row(md, "grpo / dense")[0] == "not run yet"
+    # Seeds 0-2 expected, 2 run: the finding waits for the third.
+    assert row(md, "success: gae / sparse − rloo / sparse")[-1] == "not run yet"
+    # Q2: share 0.25 vs 0 on the same 4 games: won [1,1,1,0] vs [1,0,0,0] -> +0.5.
+    g, lo, hi = stats.paired_difference_interval([1, 0, 0, 0], [1, 1, 1, 0])
+    assert row(md, "sft 0.25")[-1] == f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=4)" and g == 0.5
+    assert row(md, "sft 0.5")[0] == "not run yet"
+    # Q3: the fixed arm's grid start -> end (mean of the two tasks), and its heatmaps.
+    assert row(md, "K=1")[:2] == ["0.250 → 0.500", "0.500 → 1.000"]
+    assert (results / "plots" / "q3_fixed_T_12_unstated_gain.png").exists()
+    assert "### budgetmix (not run yet)" in md and "### fixed T=12 (1/3 seeds)" in md
+    # Q4: Δ first action over gae / sparse seeds: +0.05, 0.0 -> +0.025 +- 12.706 * 0.025.
+    half = T_975_1 * 0.025
+    assert row(md, "gae / sparse")[0] == "2/3"
+    assert f"+0.025 [{-half + 0.025:.3f}, {half + 0.025:.3f}]" in md
+    # Q5: gae's gain on w4-o6-q8 pooled over its cells' games: 1 game gained of 8.
+    g, lo, hi = stats.paired_difference_interval([0] * 8, [1] + [0] * 7)
+    assert f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=8)" in row(md, "gae")
+    for name in ("q1_curves_sparse.png", "q4_recovery_bars.png"):
+        assert (results / "plots" / name).exists(), name
+    assert "](results/plots/q1_curves_sparse.png)" in md
+    assert md.count("<!-- prose:") == 6
+
+
+def test_studies_findings_with_every_seed_and_prose_survives(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES, results)
+    doc = tmp_path / "results.md"
+    studies_report.write_document(str(results), str(doc), expected([0, 1]))
+    md = doc.read_text()
+    # gae - rloo per seed: 0.75 - 0.5, 0.5 - 0.5 -> +0.125 +- 12.706 * 0.125: within noise.
+    r = row(md, "success: gae / sparse − rloo / sparse")
+    g, lo, hi = stats.paired_difference_interval([1, 1, 0, 0, 1, 0, 1, 0], [1, 1, 1, 0, 1, 0, 1, 0])
+    assert r == ["PPO ahead of RLOO", "+0.125 [-1.463, 1.713] (n=2 seeds)",
+                 f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=8)", "within noise"]
+    doc.write_text(md.replace("<!-- prose:q1 -->\n_Prose to be written once the cells have run: "
+                              "what the numbers show._", "<!-- prose:q1 -->\nPPO and RLOO tie."))
+    studies_report.write_document(str(results), str(doc), expected([0, 1]))
+    assert "<!-- prose:q1 -->\nPPO and RLOO tie.\n<!-- /prose:q1 -->" in doc.read_text()
+
+
+def test_studies_report_names_a_broken_cell_file(tmp_path):
+    (tmp_path / "algos").mkdir()
+    (tmp_path / "algos" / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="bad.json is not a study cell record"):
+        studies_report.load_cells(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path, monkeypatch):
+    """BudgetMix with the budget stated, at smoke size, through the runner: training, the third
+    difficulty and both Pass@(K,T) modes for the start and end policies, one JSON; rerun skips."""
+    from experiments import studies
+    arm = "budgetmix stated"
+    knobs = dict(studies.STUDIES["budget"].arms)[arm]
+    smoke = studies.Study("smoke", ((arm, knobs),), extra_eval=True, grids=True)
+    monkeypatch.setitem(studies.STUDIES, "smoke", smoke)
+    kw = dict(smoke=True, workdir=str(tmp_path / "runs"), results_dir=str(tmp_path / "results"),
+              games_dir=tiny_games_dir)
+    path = studies.run_cell("smoke", arm, knobs, 0, **kw)
+    assert path == str(tmp_path / "results" / "smoke" / "budgetmix-stated-s0.json")
+    rec = json.load(open(path))
+    assert rec["config"]["policy"]["state_budget"] is True
+    assert rec["config"]["turns"]["budget_mix"] == [2, 3, 4, 6]   # smoke: capped at 6 turns
+    assert re.fullmatch(r"[0-9a-f]{40}", rec["commit"]) and rec["wall_s"]["total"] > 0
+    roles = {s["role"]: (name, s) for name, s in rec["splits"].items()}
+    assert sorted(roles) == ["hard", "harder", "id"] and roles["harder"][0] == "w1-o3-q3"
+    for name, s in roles.values():
+        assert len(s["start"]["per_game"]) == s["start"]["n"] == len(s["end"]["per_game"]) > 0
+    c = rec["config"]
+    for mode, want in (("unstated", "single_run"), ("stated", "per_budget")):
+        for tag in ("start", "end"):
+            g = rec["passkt"][mode][tag]
+            assert g["mode"] == want and g["ks"] == [1, 2] and g["ts"] == [2, 4, 6]
+            assert len(g["per_task"]) == c["games"]["num_eval"]
+            np.testing.assert_allclose(np.mean(list(g["per_task"].values()), 0), g["mean"])
+    assert rec["curve"]["iteration"][-1] == rec["rl_iters"] > 0
+    assert len(rec["curve"]["rollout_success"]) == rec["rl_iters"]
+    assert rec["curve"]["eval"][0] == roles["id"][1]["start"]["success"]
+    assert rec["diagnostics"]["end"]["episodes"] == c["games"]["num_eval"] * 2
+    assert studies.run_cell("smoke", arm, knobs, 0, **kw) is None          # done: skipped
+
+
+def test_studies_learning_curve_reads_periodic_evaluations_once(tmp_path):
+    """SFT steps 1-3, RL iterations 1-4 at steps 4-7, periodic evaluations after iterations 2
+    and 4 (the last one repeats the final evaluation: left out); iteration 3 written twice, as a
+    resumed run does (the later record counts)."""
+    from experiments import studies
+    lines = [{"step": s, "sft/loss": 1.0} for s in (1, 2, 3)]
+    lines += [{"step": 3 + i, "rollout/success": 0.1 * i} for i in (1, 2, 3)]
+    lines += [{"step": 5, "eval/eval_success": 0.4, "eval/eval_hard_success": 0.2},
+              {"step": 6, "rollout/success": 0.35},
+              {"step": 7, "rollout/success": 0.5, "eval/eval_success": 0.9}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    evals = {"start": {"eval": {"success": 0.3}, "eval_hard": {"success": 0.1}},
+             "final": {"eval": {"success": 0.6}, "eval_hard": {"success": 0.3}}}
+    curve = studies.learning_curve(str(tmp_path), evals, 4)
+    assert curve["iteration"] == [0, 2, 4] and curve["eval"] == [0.3, 0.4, 0.6]
+    assert curve["eval_hard"] == [0.1, 0.2, 0.3]
+    assert curve["rollout_success"] == pytest.approx([0.1, 0.2, 0.35, 0.5])
+    # (2 x 0.35 + 2 x 0.5) / 4
+    assert ss.area_under_curve(curve["iteration"], curve["eval"]) == pytest.approx(0.425)
