@@ -37,6 +37,7 @@ class _Stop:
         self.requested = False
         self.defer = 0
         self.installed = 0
+        self.lockstep = False
 
 
 _STOP = _Stop()
@@ -45,7 +46,7 @@ _STOP = _Stop()
 def _handle(signum, frame) -> None:
     del signum, frame
     _STOP.requested = True
-    if not _STOP.defer:
+    if not _STOP.defer and not _STOP.lockstep:
         raise Preempted("SIGTERM")
 
 
@@ -89,6 +90,9 @@ def deferred() -> Iterator[None]:
 def interruptible() -> Iterator[None]:
     """A section inside a deferred one where stopping at once loses nothing (a rollout before
     its update); raises at entry if a SIGTERM is already pending."""
+    if _STOP.lockstep:   # processes stop together, at the trainer's agreed points only
+        yield
+        return
     saved, _STOP.defer = _STOP.defer, 0
     try:
         if _STOP.requested and _STOP.installed:
@@ -96,3 +100,15 @@ def interruptible() -> Iterator[None]:
         yield
     finally:
         _STOP.defer = saved
+
+
+@contextlib.contextmanager
+def lockstep() -> Iterator[None]:
+    """A multi-process run: processes must stop at the same point of the program (a save is a
+    collective), so a SIGTERM only records the request, nowhere raises, and the trainer agrees
+    on stopping at its step boundaries (``runtime.multihost.any_process``)."""
+    saved, _STOP.lockstep = _STOP.lockstep, True
+    try:
+        yield
+    finally:
+        _STOP.lockstep = saved
