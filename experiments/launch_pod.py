@@ -1,7 +1,10 @@
-"""Multi-host (TPU pod) launch: distributed start, mesh across hosts, per-host game shards, agreed
-bucket shapes, an ahead-of-time compile/fit check, and a per-host evaluation merged on the pod.
+"""Multi-host (TPU pod) launch: distributed start, mesh across hosts, training, an ahead-of-time
+compile/fit check, and a per-host evaluation merged on the pod.
 
 Run the SAME command on every host (see experiments/pod.md for the gcloud line):
+
+    python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --workdir=/shared/run \
+        --mode=train          # SFT -> RL -> evaluation across every host (meowjax.trainers)
 
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --workdir=gs://b/run \
         --mode=check          # compile the sharded train step at pod shapes; print memory
@@ -21,6 +24,7 @@ rows need and all hosts take the max: ``L = max_h bucket_h`` (``agree_on_bucket`
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Sequence
 
 import jax
@@ -36,7 +40,7 @@ from meowjax.eval import stats
 from meowjax.models import lm
 from meowjax.models.config import get_preset
 
-MODES = ("check", "eval")
+MODES = ("check", "eval", "train")
 
 
 # -- pure pieces (tested) -------------------------------------------------------------------------
@@ -182,7 +186,9 @@ def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""
     config_flags.DEFINE_config_file("config", "configs/pod_qwen2p5_1p5b.py", "Pod config.")
     flags.DEFINE_string("workdir", "/tmp/meowjax_pod", "Run folder (shared or per host).")
-    flags.DEFINE_enum("mode", "check", list(MODES), "check: AOT compile; eval: evaluate.")
+    flags.DEFINE_enum("mode", "check", list(MODES),
+                      "check: AOT compile; eval: evaluate; train: train across the processes "
+                      "(experiments/train.py with the pod's config).")
     flags.DEFINE_string("split", "eval", "Game set for --mode=eval (see evaluate.py).")
 
 
@@ -191,6 +197,16 @@ def main(argv):
     F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
     c = F.config
+    if F.mode == "train":   # the trainer starts jax.distributed and builds its own mesh
+        from meowjax.runtime import preemption
+        from meowjax.trainers import run as run_lib
+        try:
+            run_lib.run(c, F.workdir)
+        except preemption.Preempted:   # as experiments/train.py: saved, rerun to resume
+            print(f"Stopped by SIGTERM; saved in {F.workdir}. Rerun the same command on every "
+                  "host to resume.", file=sys.stderr, flush=True)
+            sys.exit(preemption.EXIT_STATUS)
+        return
     mesh, topo = setup(c)
     out = run_check(c, mesh) if F.mode == "check" else run_eval(c, F.workdir, F.split)
     if jax.process_index() == 0:
