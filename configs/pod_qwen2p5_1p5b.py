@@ -7,6 +7,8 @@ of the game set and all hosts pad to the same (max over hosts) bucket. See exper
 
     # on every host of the slice (gcloud ... --worker=all --command=...):
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --mode=check
+    python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --mode=train \
+        --workdir=/mnt/shared/pod_run
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py:smoke=True --mode=check
 """
 

@@ -1,5 +1,5 @@
 """Multi-host (TPU pod) launch: distributed start, mesh across hosts, training, an ahead-of-time
-compile/fit check, and a per-host evaluation merged on the pod.
+compile/fit check, and an evaluation split across the hosts.
 
 Run the SAME command on every host (see experiments/pod.md for the gcloud line):
 
@@ -9,11 +9,12 @@ Run the SAME command on every host (see experiments/pod.md for the gcloud line):
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --workdir=gs://b/run \
         --mode=check          # compile the sharded train step at pod shapes; print memory
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --workdir=/tmp/pod \
-        --mode=eval --split=eval   # each host plays its slice of the games; pod-wide success
+        --mode=eval --split=eval   # each host plays its block of the games; pod-wide success
 
-On one machine (no coordinator configured) everything runs as a single process, which is how it
-is tested (``--config=configs/pod_qwen2p5_1p5b.py:smoke=True``, optionally with
-``XLA_FLAGS=--xla_force_host_platform_device_count=8`` for a multi-device CPU mesh).
+On one machine (no coordinator configured) everything runs as a single process
+(``--config=configs/pod_qwen2p5_1p5b.py:smoke=True``, optionally with
+``XLA_FLAGS=--xla_force_host_platform_device_count=8`` for a multi-device CPU mesh); several
+processes on one machine take ``--config.distributed.*`` (README "Scaling out").
 
 Why buckets must agree: every host feeds its local rows of one global ``[B, L]`` batch into the
 same jitted program; if one host padded to L=512 and another to L=1024 the hosts would run
@@ -39,27 +40,12 @@ from meowjax import sharding
 from meowjax.eval import stats
 from meowjax.models import lm
 from meowjax.models.config import get_preset
+from meowjax.runtime import multihost
 
 MODES = ("check", "eval", "train")
 
 
 # -- pure pieces (tested) -------------------------------------------------------------------------
-def host_shard(items: Sequence[Any], process_index: int, process_count: int) -> list[Any]:
-    """The slice of ``items`` this host plays: ``items[process_index::process_count]``.
-
-    Round-robin, so shards differ in size by at most one and together cover every item once.
-
-    Raises:
-      ValueError: if there are fewer items than hosts (a host would have nothing to do).
-    """
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index={process_index} not in [0, {process_count}).")
-    if len(items) < process_count:
-        raise ValueError(f"{len(items)} tasks for {process_count} hosts: every host needs at least "
-                         "one; raise games.num_eval / num_train or use fewer hosts.")
-    return list(items[process_index::process_count])
-
-
 def choose_bucket(length: int, buckets: Sequence[int]) -> int:
     """The smallest bucket >= ``length``.
 
@@ -81,13 +67,6 @@ def agree_on_bucket(local_length: int, buckets: Sequence[int]) -> int:
     local = choose_bucket(local_length, buckets)
     chosen = multihost_utils.process_allgather(np.asarray([local], np.int32))
     return int(np.max(chosen))
-
-
-def pod_success(wins: int, n: int) -> tuple[int, int]:
-    """(Σ_h wins_h, Σ_h n_h) over hosts."""
-    counts = multihost_utils.process_allgather(np.asarray([wins, n], np.int64))
-    counts = np.asarray(counts).reshape(-1, 2)
-    return int(counts[:, 0].sum()), int(counts[:, 1].sum())
 
 
 # -- ahead-of-time compile check ------------------------------------------------------------------
@@ -160,24 +139,25 @@ def run_check(c, mesh) -> dict[str, Any]:
 
 
 def run_eval(c, workdir: str, split: str) -> dict[str, Any]:
-    """Each host evaluates its slice of the game set; success counts are summed over the pod."""
+    """The whole game set evaluated across the pod: each process plays its block of the games on
+    its own devices and the episodes are gathered (``AgentTrainer.play_tasks``), so every
+    process holds the pod-wide result; process 0 writes the report."""
     from meowjax.trainers import evaluate
     if c.model.init == "scratch":
         agent = evaluate.load_agent(c, workdir)
     else:
         agent = evaluate.load_imported_agent(c, workdir, hf_path=c.model.hf_path,
                                              smollm2=c.model.init == "smollm2")
-    tasks = host_shard(evaluate.named_tasks(agent.trainer.c, split), jax.process_index(),
-                       jax.process_count())
+    tasks = evaluate.named_tasks(agent.trainer.c, split)
     result = evaluate.evaluate_agent(agent, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
                                      samples=c.eval.num_samples, name=split, seed=c.seed)
-    host_dir = os.path.join(workdir, f"host_{jax.process_index()}",
-                            evaluate.out_dir_name(split))
-    evaluate.write_eval_report(result, host_dir)
-    wins, n = pod_success(result.greedy["wins"], result.greedy["n"])
+    out_dir = os.path.join(workdir, evaluate.out_dir_name(split))
+    if jax.process_index() == 0:
+        evaluate.write_eval_report(result, out_dir)
+    wins, n = result.greedy["wins"], result.greedy["n"]
     low, high = stats.wilson_interval(wins, n)
     out = {"wins": wins, "n": n, "success": wins / n, "ci_low": low, "ci_high": high,
-           "host_tasks": len(tasks), "host_report": host_dir}
+           "tasks_here": len(range(*multihost.share(len(tasks)))), "report": out_dir}
     logging.info("pod greedy success on %s: %s", split, out)
     return out
 

@@ -6,6 +6,9 @@ rollout: the state is unchanged by them), and waits for the end of a ``deferred`
 stopping half-way would lose or tear the state (an update step donates the old state's buffers;
 a checkpoint save). Code in a deferred section polls ``requested()`` at its own boundaries.
 
+In a multi-process run (``lockstep``) a SIGTERM is only recorded: the trainer's processes agree
+on it at their step boundaries and all stop there together.
+
 The trainer saves its last consistent state when ``Preempted`` reaches it; the entry point
 (experiments/train.py) prints one line and exits with ``EXIT_STATUS``; rerunning the same
 command resumes.
