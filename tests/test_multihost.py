@@ -1,6 +1,7 @@
 """Training across real processes on one machine (``jax.distributed``, gloo CPU collectives):
 the k-process run equals the one-process run on the same total number of devices, resumes
-from its checkpoints after a SIGTERM or a killed process, and stops everywhere when one dies.
+from its checkpoints after a SIGTERM or a killed process (also with another process count),
+and stops everywhere when one dies.
 
 Every run here is ``experiments/train.py`` in subprocesses (``tests/multihost_launch.py``),
 sharing one persistent compile cache, so the programs of the first run load in the later ones.
@@ -87,10 +88,18 @@ def test_multihost_free_text_two_processes_equal_one(shared, free_text_reference
     assert_same_run(workdir, free_text_reference)
 
 
-def test_multihost_four_processes_equal_one(shared, default_reference):
-    """4 processes x 1 device: the same run again."""
-    workdir = _train(shared, "default_4x1", DEFAULT, 4)
-    assert_same_run(workdir, default_reference)
+def test_multihost_four_processes_then_resumed_on_one_process(shared, default_reference):
+    """4 processes x 1 device train until a SIGTERM to process 3 stops all four (each saves its
+    shards); one process with the same 4 devices resumes from that checkpoint (orbax reads the
+    shards into the new mesh) and the run equals the one-process run throughout."""
+    with _launch(shared, "default_4x1", DEFAULT, 4) as job:
+        job.wait_for_file(os.path.join(job.workdir, "checkpoints", "2"), TIMEOUT_S)
+        job.signal(3, signal.SIGTERM)
+        assert job.wait(60) == [75] * 4, job.log(0)[-3000:]
+    with _launch(shared, "default_4x1", DEFAULT, 1, tag="resumed") as job:
+        assert job.wait(TIMEOUT_S) == [0], job.log(0)[-3000:]
+        assert "Resumed from checkpoint: phase rl" in job.log(0)
+    assert_same_run(job.workdir, default_reference)
 
 
 def test_multihost_killed_process_stops_the_others_and_relaunch_resumes(

@@ -32,6 +32,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 
+from meowjax.runtime import preemption
+
 # Exit status of a process that stops because a peer process failed (a collective broke).
 PEER_FAILURE_STATUS = 1
 
@@ -93,6 +95,12 @@ def any_process(flag: bool) -> bool:
         return bool(flag)
     flags = multihost_utils.process_allgather(np.asarray([int(bool(flag))], np.int32))
     return bool(np.asarray(flags).max())
+
+
+def stop_together() -> contextlib.AbstractContextManager:
+    """Several processes: a SIGTERM is only recorded (``preemption.lockstep``) until the trainer's
+    processes agree on it (``any_process``) at a step boundary, where all save and stop."""
+    return preemption.lockstep() if is_multiprocess() else contextlib.nullcontext()
 
 
 def barrier(name: str) -> None:

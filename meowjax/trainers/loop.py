@@ -20,7 +20,6 @@ run does.
 from __future__ import annotations
 
 import abc
-import contextlib
 import os
 import time
 from typing import Any, Sequence
@@ -442,7 +441,7 @@ class AgentTrainer(Evaluation, abc.ABC):
                      self.rl_iters, data.task_repeats(c, self.rl_iters), self.workdir)
         pool, self._resume = None, None
         try:
-            with preemption.on_sigterm(), self._lockstep():
+            with preemption.on_sigterm(), multihost.stop_together():
                 state, ref, meta = self.restore_state()
                 self._mark(state, ref, meta, saved=True)
                 pool = EnvPool(data.env_spec(self.c, admissible=self.needs_admissible),
@@ -459,11 +458,6 @@ class AgentTrainer(Evaluation, abc.ABC):
                 pool.close()
             self.ckpt.close()
             self.writer.close()
-
-    def _lockstep(self):
-        """Several processes stop together: a SIGTERM is only recorded (``preemption.lockstep``)
-        until ``preempted`` agrees on it."""
-        return preemption.lockstep() if multihost.is_multiprocess() else contextlib.nullcontext()
 
     @property
     def preempted(self) -> bool:

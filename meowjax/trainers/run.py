@@ -181,9 +181,8 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         console.info("%d processes, %d devices (%d here)", jax.process_count(),
                      jax.device_count(), jax.local_device_count())
     lock = workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
-    lockstep = preemption.lockstep() if multihost.is_multiprocess() else contextlib.nullcontext()
     with stop_all_on_peer_failure(workdir):
-        with lock, lockstep, preemption.on_sigterm():
+        with lock, multihost.stop_together(), preemption.on_sigterm():
             out = trainer_class(c.policy.interface)(c, workdir).run()
         if jax.process_index() != 0:
             return out
