@@ -18,10 +18,10 @@ from multihost_launch import Launch, assert_same_run, metrics
 pytestmark = pytest.mark.slow
 
 DEVICES = 4   # in total: 1 process x 4, 2 x 2, 4 x 1
-# The default run's smoke config, shortened: 1 SFT demonstration, 3 RL iterations of 4
+# The default run's smoke config, shortened: 1 SFT demonstration, 2 RL iterations of 4
 # episodes (a checkpoint after each), one length bucket (fewer programs to compile).
 DEFAULT = ("configs/default.py:smoke=True",
-           ["--config.budget.total_episodes=24", "--config.rollout.length_buckets=(512,)",
+           ["--config.budget.total_episodes=20", "--config.rollout.length_buckets=(512,)",
             "--config.checkpoint.every_iters=1",
             "--config.games.num_eval=2", "--config.games.num_eval_hard=1"])
 # The free-text pod config's smoke variant: a tiny model from scratch, 2 RL iterations.

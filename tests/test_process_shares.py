@@ -22,13 +22,12 @@ def test_shares_are_contiguous_blocks_in_process_order(n, count):
     assert multihost.share(10, 1, 4) == (2, 5)
 
 
-def test_share_and_task_count_errors():
+def test_share_error_and_idle_processes_note():
     with pytest.raises(ValueError, match=r"process index 2 not in \[0, 2\)"):
         multihost.share(4, 2, 2)
-    with pytest.raises(ValueError, match="rollout.tasks_per_iter=2 is smaller than the 4 "
-                                         "processes.*at least 4"):
-        multihost.check_tasks_per_process(2, "rollout.tasks_per_iter", count=4)
-    multihost.check_tasks_per_process(4, "rollout.tasks_per_iter", count=4)
+    note = multihost.idle_processes_note(2, "rollout.tasks_per_iter", count=4)
+    assert "config.rollout.tasks_per_iter=2 is smaller than the 4 processes: 2 of them" in note
+    assert multihost.idle_processes_note(4, "rollout.tasks_per_iter", count=4) is None
 
 
 def test_one_process_is_the_identity():

@@ -59,13 +59,14 @@ def share(num_items: int, index: int | None = None, count: int | None = None) ->
     return index * num_items // count, (index + 1) * num_items // count
 
 
-def check_tasks_per_process(num_tasks: int, field: str, count: int | None = None) -> None:
-    """ValueError unless every process gets at least one of ``num_tasks`` (named by ``field``)."""
+def idle_processes_note(num_tasks: int, field: str, count: int | None = None) -> str | None:
+    """A warning when some processes get none of ``num_tasks`` (named by ``field``): a group is
+    never split, so they wait while the others play. Correct, but their devices idle."""
     count = jax.process_count() if count is None else count
-    if num_tasks < count:
-        raise ValueError(f"config.{field}={num_tasks} is smaller than the {count} processes: "
-                         f"each process plays whole groups of its own tasks. Set config.{field} "
-                         f"to at least {count} (a multiple of {count} balances the hosts).")
+    if num_tasks >= count:
+        return None
+    return (f"config.{field}={num_tasks} is smaller than the {count} processes: {count - num_tasks} "
+            f"of them play no episodes. A multiple of {count} keeps every host busy.")
 
 
 def allgather_bytes(data: bytes) -> list[bytes]:

@@ -94,8 +94,9 @@ class AgentTrainer(Evaluation, abc.ABC):
         self.mesh = make_mesh(c.mesh.axes, jax.devices(), field="config.mesh.axes")
         self.rollout_mesh = multihost.process_submesh(self.mesh)
         placement.check_batch_rows(self.mesh, self.batch_row_fields())
-        if training:
-            multihost.check_tasks_per_process(c.rollout.tasks_per_iter, "rollout.tasks_per_iter")
+        note = multihost.idle_processes_note(c.rollout.tasks_per_iter, "rollout.tasks_per_iter")
+        if training and note:
+            logging.warning("%s", note)
         os.makedirs(workdir, exist_ok=True)
         self.spec = estimators.validate_estimator(c.rl.estimator)
         self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
