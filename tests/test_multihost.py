@@ -24,8 +24,9 @@ DEFAULT = ("configs/default.py:smoke=True",
            ["--config.budget.total_episodes=20", "--config.rollout.length_buckets=(512,)",
             "--config.checkpoint.every_iters=1",
             "--config.games.num_eval=2", "--config.games.num_eval_hard=1"])
-# The free-text pod config's smoke variant: a tiny model from scratch, 2 RL iterations.
-FREE_TEXT = ("configs/pod_qwen2p5_1p5b.py:smoke=True",
+# The free-text pod config's smoke variant: a tiny model from scratch, 2 RL iterations, its
+# weights split over fsdp=2 (each process's pair of devices: rollouts use those shards as they are).
+FREE_TEXT = ("configs/pod_qwen2p5_1p5b.py:smoke=True,fsdp=2",
              ["--config.rollout.length_buckets=(256,1024)", "--config.env.num_workers=0"])
 TIMEOUT_S = 170
 
@@ -82,8 +83,9 @@ def test_multihost_default_two_processes_equal_one_and_resume_after_sigterm(
 
 
 def test_multihost_free_text_two_processes_equal_one(shared, free_text_reference):
-    """The free-text interface (sampler on each process's devices, KV caches kept per
-    episode): 2 processes x 2 devices equal the one-process run."""
+    """The free-text interface (sampler on each process's devices with the trainer's
+    fsdp-sharded weights, KV caches kept per episode): 2 processes x 2 devices equal the
+    one-process run."""
     workdir = _train(shared, "free_text_2x2", FREE_TEXT, 2)
     assert_same_run(workdir, free_text_reference)
 

@@ -16,8 +16,9 @@ on the same total number of devices:
   host batch and places only its devices' rows (``global_batch``), so batch shapes always agree.
   Per-row outputs come back with ``to_host`` (an all-gather when rows live on other hosts).
 
-The host copies of a few MB of episode tokens per iteration are the price of exact equality
-with the one-process run; weights and gradients never leave the devices.
+The host copies of a few MB of episode tokens per iteration are the price of equality with the
+one-process run (up to the rounding of a different all-reduce order); weights and gradients
+never leave the devices.
 """
 
 from __future__ import annotations
@@ -70,12 +71,13 @@ def idle_processes_note(num_tasks: int, field: str, count: int | None = None) ->
 
 
 def allgather_bytes(data: bytes) -> list[bytes]:
-    """Every process's ``data``, in process order (two all-gathers: lengths, then padded bytes)."""
+    """Every process's ``data``, in process order (two all-gathers: lengths, then bytes padded
+    to a power of two, so the gather compiles for a few sizes, not once per call)."""
     if not is_multiprocess():
         return [data]
     sizes = np.asarray(multihost_utils.process_allgather(np.asarray([len(data)], np.int64)))
     sizes = sizes.reshape(-1)
-    buf = np.zeros(int(sizes.max()) or 1, np.uint8)
+    buf = np.zeros(1 << max(10, (int(sizes.max()) - 1).bit_length()), np.uint8)
     buf[:len(data)] = np.frombuffer(data, np.uint8)
     gathered = np.asarray(multihost_utils.process_allgather(buf)).reshape(len(sizes), -1)
     return [gathered[i, :int(n)].tobytes() for i, n in enumerate(sizes)]
