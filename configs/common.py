@@ -129,6 +129,13 @@ def base_config() -> ml_collections.ConfigDict:
             c.rl[name] = ml_collections.ConfigDict(dict(spec.defaults))
 
     c.mesh = ml_collections.ConfigDict(dict(axes=(("data", -1), ("fsdp", 1), ("tensor", 1))))
+    # Training across processes (meowjax.runtime.multihost; README "Scaling out"): every process
+    # runs the same command with its own process_id; coordinator_address "host:port" of process
+    # 0, or "auto" where jax.distributed.initialize() finds them (Cloud TPU, SLURM); "" = one
+    # process. heartbeat_timeout_s: how long the others wait on a dead process before stopping.
+    c.distributed = ml_collections.ConfigDict(dict(
+        coordinator_address="", num_processes=1, process_id=0, local_device_ids=None,
+        heartbeat_timeout_s=100), type_safe=False)
     # Greedy success on both held-out splits at the start of RL and at the end; Pass@(K,T) from
     # num_samples sampled episodes per game at the end (and at the start if sample_start).
     c.eval = ml_collections.ConfigDict(dict(every_iters=10, num_samples=4, sample_start=True,

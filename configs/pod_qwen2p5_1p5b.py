@@ -7,6 +7,8 @@ of the game set and all hosts pad to the same (max over hosts) bucket. See exper
 
     # on every host of the slice (gcloud ... --worker=all --command=...):
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --mode=check
+    python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --mode=train \
+        --workdir=/mnt/shared/pod_run
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py:smoke=True --mode=check
 """
 
@@ -37,8 +39,7 @@ def get_config(arg=None):
                      minibatch_rows=256, epochs=1, warmup_steps=10))
     c.mesh.axes = (("data", -1), ("fsdp", arg.fsdp or 4), ("tensor", arg.tensor))
     # coordinator "auto": Cloud TPU provides address, process count and id to every host.
-    c.distributed = ml_collections.ConfigDict(dict(
-        coordinator_address="auto", num_processes=1, process_id=0))
+    c.distributed.coordinator_address = "auto"
     c.pod = ml_collections.ConfigDict(dict(check_batch_rows=256, check_length=4096))
     c.eval.update(dict(num_samples=8, pass_ks=(1, 2, 4, 8), pass_ts=(4, 8, 12, 16)))
     if arg.smoke:   # one CPU process: a tiny model, the same code path

@@ -1,16 +1,20 @@
-"""Multi-host (TPU pod) launch: distributed start, mesh across hosts, per-host game shards, agreed
-bucket shapes, an ahead-of-time compile/fit check, and a per-host evaluation merged on the pod.
+"""Multi-host (TPU pod) launch: distributed start, mesh across hosts, training, an ahead-of-time
+compile/fit check, and an evaluation split across the hosts.
 
 Run the SAME command on every host (see experiments/pod.md for the gcloud line):
+
+    python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --workdir=/shared/run \
+        --mode=train          # SFT -> RL -> evaluation across every host (meowjax.trainers)
 
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --workdir=gs://b/run \
         --mode=check          # compile the sharded train step at pod shapes; print memory
     python -m experiments.launch_pod --config=configs/pod_qwen2p5_1p5b.py --workdir=/tmp/pod \
-        --mode=eval --split=eval   # each host plays its slice of the games; pod-wide success
+        --mode=eval --split=eval   # each host plays its block of the games; pod-wide success
 
-On one machine (no coordinator configured) everything runs as a single process, which is how it
-is tested (``--config=configs/pod_qwen2p5_1p5b.py:smoke=True``, optionally with
-``XLA_FLAGS=--xla_force_host_platform_device_count=8`` for a multi-device CPU mesh).
+On one machine (no coordinator configured) everything runs as a single process
+(``--config=configs/pod_qwen2p5_1p5b.py:smoke=True``, optionally with
+``XLA_FLAGS=--xla_force_host_platform_device_count=8`` for a multi-device CPU mesh); several
+processes on one machine take ``--config.distributed.*`` (README "Scaling out").
 
 Why buckets must agree: every host feeds its local rows of one global ``[B, L]`` batch into the
 same jitted program; if one host padded to L=512 and another to L=1024 the hosts would run
@@ -21,6 +25,7 @@ rows need and all hosts take the max: ``L = max_h bucket_h`` (``agree_on_bucket`
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Sequence
 
 import jax
@@ -35,27 +40,12 @@ from meowjax import sharding
 from meowjax.eval import stats
 from meowjax.models import lm
 from meowjax.models.config import get_preset
+from meowjax.runtime import multihost
 
-MODES = ("check", "eval")
+MODES = ("check", "eval", "train")
 
 
 # -- pure pieces (tested) -------------------------------------------------------------------------
-def host_shard(items: Sequence[Any], process_index: int, process_count: int) -> list[Any]:
-    """The slice of ``items`` this host plays: ``items[process_index::process_count]``.
-
-    Round-robin, so shards differ in size by at most one and together cover every item once.
-
-    Raises:
-      ValueError: if there are fewer items than hosts (a host would have nothing to do).
-    """
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index={process_index} not in [0, {process_count}).")
-    if len(items) < process_count:
-        raise ValueError(f"{len(items)} tasks for {process_count} hosts: every host needs at least "
-                         "one; raise games.num_eval / num_train or use fewer hosts.")
-    return list(items[process_index::process_count])
-
-
 def choose_bucket(length: int, buckets: Sequence[int]) -> int:
     """The smallest bucket >= ``length``.
 
@@ -77,13 +67,6 @@ def agree_on_bucket(local_length: int, buckets: Sequence[int]) -> int:
     local = choose_bucket(local_length, buckets)
     chosen = multihost_utils.process_allgather(np.asarray([local], np.int32))
     return int(np.max(chosen))
-
-
-def pod_success(wins: int, n: int) -> tuple[int, int]:
-    """(Σ_h wins_h, Σ_h n_h) over hosts."""
-    counts = multihost_utils.process_allgather(np.asarray([wins, n], np.int64))
-    counts = np.asarray(counts).reshape(-1, 2)
-    return int(counts[:, 0].sum()), int(counts[:, 1].sum())
 
 
 # -- ahead-of-time compile check ------------------------------------------------------------------
@@ -156,24 +139,25 @@ def run_check(c, mesh) -> dict[str, Any]:
 
 
 def run_eval(c, workdir: str, split: str) -> dict[str, Any]:
-    """Each host evaluates its slice of the game set; success counts are summed over the pod."""
+    """The whole game set evaluated across the pod: each process plays its block of the games on
+    its own devices and the episodes are gathered (``AgentTrainer.play_tasks``), so every
+    process holds the pod-wide result; process 0 writes the report."""
     from meowjax.trainers import evaluate
     if c.model.init == "scratch":
         agent = evaluate.load_agent(c, workdir)
     else:
         agent = evaluate.load_imported_agent(c, workdir, hf_path=c.model.hf_path,
                                              smollm2=c.model.init == "smollm2")
-    tasks = host_shard(evaluate.named_tasks(agent.trainer.c, split), jax.process_index(),
-                       jax.process_count())
+    tasks = evaluate.named_tasks(agent.trainer.c, split)
     result = evaluate.evaluate_agent(agent, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
                                      samples=c.eval.num_samples, name=split, seed=c.seed)
-    host_dir = os.path.join(workdir, f"host_{jax.process_index()}",
-                            evaluate.out_dir_name(split))
-    evaluate.write_eval_report(result, host_dir)
-    wins, n = pod_success(result.greedy["wins"], result.greedy["n"])
+    out_dir = os.path.join(workdir, evaluate.out_dir_name(split))
+    if jax.process_index() == 0:
+        evaluate.write_eval_report(result, out_dir)
+    wins, n = result.greedy["wins"], result.greedy["n"]
     low, high = stats.wilson_interval(wins, n)
     out = {"wins": wins, "n": n, "success": wins / n, "ci_low": low, "ci_high": high,
-           "host_tasks": len(tasks), "host_report": host_dir}
+           "tasks_here": len(range(*multihost.share(len(tasks)))), "report": out_dir}
     logging.info("pod greedy success on %s: %s", split, out)
     return out
 
@@ -182,7 +166,9 @@ def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""
     config_flags.DEFINE_config_file("config", "configs/pod_qwen2p5_1p5b.py", "Pod config.")
     flags.DEFINE_string("workdir", "/tmp/meowjax_pod", "Run folder (shared or per host).")
-    flags.DEFINE_enum("mode", "check", list(MODES), "check: AOT compile; eval: evaluate.")
+    flags.DEFINE_enum("mode", "check", list(MODES),
+                      "check: AOT compile; eval: evaluate; train: train across the processes "
+                      "(experiments/train.py with the pod's config).")
     flags.DEFINE_string("split", "eval", "Game set for --mode=eval (see evaluate.py).")
 
 
@@ -191,6 +177,16 @@ def main(argv):
     F = flags.FLAGS
     logging.set_verbosity(logging.INFO)
     c = F.config
+    if F.mode == "train":   # the trainer starts jax.distributed and builds its own mesh
+        from meowjax.runtime import preemption
+        from meowjax.trainers import run as run_lib
+        try:
+            run_lib.run(c, F.workdir)
+        except preemption.Preempted:   # as experiments/train.py: saved, rerun to resume
+            print(f"Stopped by SIGTERM; saved in {F.workdir}. Rerun the same command on every "
+                  "host to resume.", file=sys.stderr, flush=True)
+            sys.exit(preemption.EXIT_STATUS)
+        return
     mesh, topo = setup(c)
     out = run_check(c, mesh) if F.mode == "check" else run_eval(c, F.workdir, F.split)
     if jax.process_index() == 0:

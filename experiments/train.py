@@ -4,6 +4,10 @@
     python -m experiments.train --config=configs/default.py:smoke=True --workdir=/tmp/smoke \
         --config.rl.estimator=grpo
 
+Across processes (hosts), the same command runs on each with `--config.distributed.*`
+(coordinator address, process count, this process's id; "auto" on Cloud TPU and SLURM): see the
+README's "Scaling out".
+
 Rerunning the same command on the same workdir resumes from the latest checkpoint (the newest
 one that loads: a damaged one is skipped with a warning). On SIGTERM the run saves its state,
 prints one line and exits with status 75 (EX_TEMPFAIL: rerun to resume); a second run on a

@@ -121,16 +121,19 @@ class ScriptedTrainer:
     batch_rows = 8
     eval_temperature = 1.0
     play_tasks = loop.AgentTrainer.play_tasks
+    play_share = loop.AgentTrainer.play_share
+    rollout_mesh = None   # one process: the params are used as they are
 
     def __init__(self, c):
         self.c = c
 
-    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature):
+    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature,
+             offset=0):
         slots = [t for t in tasks for _ in range(group_size)]
         resets = pool.reset(slots, budgets)
         scripts = [["inventory"] * (0 if greedy else i % group_size) + list(r.walkthrough)
                    for i, r in enumerate(resets)]
-        eps = [trajectory.Trajectory(t.task_id, i // group_size, [], False, None, {})
+        eps = [trajectory.Trajectory(t.task_id, offset + i // group_size, [], False, None, {})
                for i, t in enumerate(slots)]
         done = [False] * len(eps)
         while not all(done):

@@ -1,4 +1,4 @@
-"""Pod launch pieces on one process: host shards, bucket agreement, the sharded AOT compile."""
+"""Pod launch pieces on one process: bucket agreement, the pod config, the sharded AOT compile."""
 import os
 import subprocess
 import sys
@@ -13,21 +13,7 @@ from conftest import CPU_COLLECTIVE_FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("n_items,hosts", [(10, 4), (8, 8), (3, 1)])
-def test_host_shards_cover_every_task_once_and_balance(n_items, hosts):
-    items = [f"task{i}" for i in range(n_items)]
-    shards = [launch_pod.host_shard(items, h, hosts) for h in range(hosts)]
-    assert sorted(x for s in shards for x in s) == sorted(items)
-    sizes = [len(s) for s in shards]
-    assert max(sizes) - min(sizes) <= 1
-    assert shards[1 % hosts][0] == items[1 % hosts]
-
-
-def test_host_shard_and_bucket_errors():
-    with pytest.raises(ValueError, match="every host needs at least one"):
-        launch_pod.host_shard(["a"], 0, 2)
-    with pytest.raises(ValueError, match="process_index=2"):
-        launch_pod.host_shard(["a", "b"], 2, 2)
+def test_bucket_errors():
     with pytest.raises(ValueError, match="exceeds the largest bucket 512"):
         launch_pod.choose_bucket(513, (256, 512))
 
@@ -45,9 +31,6 @@ def test_bucket_agreement_is_the_max_over_hosts(monkeypatch):
     monkeypatch.setattr(launch_pod.multihost_utils, "process_allgather", fake_allgather)
     assert launch_pod.agree_on_bucket(100, (256, 512, 1024)) == 1024
     np.testing.assert_array_equal(gathered[0], [256])                     # what this host sent
-    monkeypatch.setattr(launch_pod.multihost_utils, "process_allgather",
-                        lambda x: np.asarray([[3, 10], [4, 10]]))
-    assert launch_pod.pod_success(3, 10) == (7, 20)
 
 
 def test_pod_config_loads_both_ways():

@@ -74,8 +74,8 @@ class EpisodeCache:
 
     def __init__(self, sampler: Sampler, episode_ids: Sequence[int], *,
                  cache_buckets: Sequence[int], new_token_buckets: Sequence[int],
-                 stats: CacheStats):
-        self.sampler, self.stats = sampler, stats
+                 stats: CacheStats, row_id_offset: int = 0):
+        self.sampler, self.stats, self.row_id_offset = sampler, stats, row_id_offset
         self.cache_buckets, self.new_token_buckets = cache_buckets, new_token_buckets
         batch = _bucket(len(episode_ids), sampler.batch_buckets)
         self.rows: list[int | None] = list(episode_ids) + [None] * (batch - len(episode_ids))
@@ -158,7 +158,8 @@ class EpisodeCache:
             if ids:
                 tokens_BL[r, new_len - len(ids):] = ids
                 mask_BL[r, new_len - len(ids):] = 1
-            position_B[r], row_ids_B[r], live_B[r], counts[r] = self.length[e], e, True, len(ids)
+            position_B[r], live_B[r], counts[r] = self.length[e], True, len(ids)
+            row_ids_B[r] = e + self.row_id_offset
         logits_BV, cache = self.sampler.cache_prefill_jit(params, self.cache, tokens_BL, mask_BL,
                                                           position_B)
         out, cache, fed_B = self.sampler.cache_decode_jit(
@@ -190,7 +191,8 @@ class EpisodeCaches:
 
     def __init__(self, sampler: Sampler, num_episodes: int, *, max_context: int,
                  max_new_tokens: int, new_token_buckets: Sequence[int] | None = None,
-                 cache_buckets: Sequence[int] | None = None):
+                 cache_buckets: Sequence[int] | None = None, row_id_offset: int = 0):
+        """``row_id_offset``: episode e samples with row id ``row_id_offset + e``."""
         self.sampler = sampler
         new_token_buckets = tuple(sorted(set(
             new_token_buckets or DEFAULT_NEW_TOKEN_BUCKETS + tuple(sampler.prompt_buckets))))
@@ -203,7 +205,8 @@ class EpisodeCaches:
         size = sampler.batch_buckets[-1]
         self.groups = [EpisodeCache(sampler, range(a, min(a + size, num_episodes)),
                                     cache_buckets=self.cache_buckets,
-                                    new_token_buckets=self.new_token_buckets, stats=self.stats)
+                                    new_token_buckets=self.new_token_buckets, stats=self.stats,
+                                    row_id_offset=row_id_offset)
                        for a in range(0, num_episodes, size)]
         self.cached = np.zeros(num_episodes, np.int64)   # tokens of each episode in its cache
 

@@ -275,12 +275,15 @@ def collect_episodes(
     group_size: int = 1, max_turns: int | Sequence[int], max_context: int,
     max_action_tokens: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
     rng: jax.Array, fmt: chat.ChatFormat = chat.ChatFormat(), unstopped: str = "send",
-    group_offset: int = 0, kv_reuse: bool = False,
+    group_offset: int = 0, row_offset: int = 0, kv_reuse: bool = False,
 ) -> list[Episode]:
     """Plays ``group_size`` episodes of every task, all live episodes generating together.
 
     Episode i = (task i // group_size, member i % group_size); episodes of one task share
-    ``group_id = group_offset + task index`` and differ only in sampling randomness.
+    ``group_id = group_offset + task index`` and differ only in sampling randomness: episode i
+    samples with row id ``row_offset + i`` (its key is ``fold_in(turn key, row id)``), so a
+    caller that splits one list of episodes over several calls (processes) draws the same
+    tokens as one call.
     ``max_turns``: one budget for all, one per task, or one per episode (BudgetMix).
     Returns the episodes in that order. See the module docstring for the record, the end rules
     and ``kv_reuse`` (needs a `rollout.sampler.Sampler`; ignored in window mode).
@@ -319,7 +322,8 @@ def collect_episodes(
     caches = None
     if kv_reuse and fmt.window is None:
         caches = episode_cache.EpisodeCaches(sampler, len(builders), max_context=max_context,
-                                             max_new_tokens=max_action_tokens)
+                                             max_new_tokens=max_action_tokens,
+                                             row_id_offset=row_offset)
     while True:
         live = [i for i, b in enumerate(builders) if not b.done]
         if not live:
@@ -329,7 +333,8 @@ def collect_episodes(
         kw = dict(max_new_tokens=max_action_tokens, temperature=temperature, top_p=top_p,
                   greedy=greedy, stop_ids=(eot,))
         if caches is None:
-            out = sampler.generate(params, prompts, turn_rng, row_ids=live, **kw)
+            out = sampler.generate(params, prompts, turn_rng,
+                                   row_ids=[row_offset + i for i in live], **kw)
         else:   # the full-history prompt extends the cached tokens
             new = [p[caches.cached[i]:] for p, i in zip(prompts, live)]
             out = caches.turn(params, live, new, turn_rng, **kw)

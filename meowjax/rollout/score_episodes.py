@@ -144,19 +144,27 @@ def sample_from_logp(logp_C: np.ndarray, rng: np.random.Generator, greedy: bool)
 
 def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, builder: PromptBuilder,
             tasks: Sequence[Task], *, group_size: int, max_turns: Sequence[int],
-            batch_rows: int, length_buckets: Sequence[int], rng: np.random.Generator,
-            greedy: bool = False, min_rows: int = 4) -> list[ScoreEpisode]:
+            batch_rows: int, length_buckets: Sequence[int],
+            rng: np.random.Generator | Sequence[np.random.Generator],
+            greedy: bool = False, min_rows: int = 4, group_offset: int = 0) -> list[ScoreEpisode]:
     """Plays ``len(tasks) * group_size`` episodes in parallel; returns them in slot order.
 
     score_fn(batch) -> log pi [batch_rows, max_cands] (host numpy) for a packed batch.
     max_turns: one budget per episode (BudgetMix samples them), len = len(tasks) * group_size.
+    rng: one stream for all draws (in turn, then slot order), or one per episode, so an
+    episode's draws do not depend on the others played beside it (a multi-process run splits
+    the episodes). Episodes of task i get ``group_id = group_offset + i``.
     """
     slots = [t for t in tasks for _ in range(group_size)]
     if len(max_turns) != len(slots):
         raise ValueError(f"max_turns has {len(max_turns)} budgets for {len(slots)} episodes.")
     if len(slots) > batch_rows:
         raise ValueError(f"{len(slots)} episodes exceed rollout.batch_rows={batch_rows}.")
-    groups = [i // group_size for i in range(len(slots))]
+    rngs = [rng] * len(slots) if isinstance(rng, np.random.Generator) else list(rng)
+    if len(rngs) != len(slots):
+        raise ValueError(f"{len(rngs)} random streams for {len(slots)} episodes; give one "
+                         "Generator or one per episode.")
+    groups = [group_offset + i // group_size for i in range(len(slots))]
     resets = pool.reset(list(slots), list(max_turns))
     eps = [ScoreEpisode(t.task_id, g, m) for t, g, m in zip(slots, groups, max_turns)]
     objectives = [r.objective for r in resets]
@@ -193,7 +201,7 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
         step_actions: list[str | None] = [None] * len(slots)
         chosen = {}
         for j, i in enumerate(idx):
-            c = sample_from_logp(logp_BC[j, :len(admissible[i])], rng, greedy)
+            c = sample_from_logp(logp_BC[j, :len(admissible[i])], rngs[i], greedy)
             chosen[i] = (j, c)
             step_actions[i] = admissible[i][c]
         results = pool.step(step_actions)

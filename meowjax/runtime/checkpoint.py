@@ -15,6 +15,11 @@ Orbax does not notice every damaged file (a changed byte of an array's data file
 wrong number), so after orbax commits a step this module records each file's size and CRC-32 in
 ``<step>/meowjax_sums.json`` and checks them before loading. ``restore_newest`` then falls back
 to the newest checkpoint that loads, with a warning naming each one skipped and why.
+
+Several processes (``runtime.multihost``): every call here is made by all of them. Orbax writes
+each process's shards and process 0 the metadata and the commit; process 0 alone then writes the
+sums and moves damaged steps aside, the others waiting at a barrier. Restoring onto another
+mesh (another process count) reads each array's saved shards into the new shardings.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import Any, Callable
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
+
+from meowjax.runtime import multihost
 
 SUMS = "meowjax_sums.json"
 DAMAGED_SUFFIX = ".damaged"
@@ -108,7 +115,9 @@ class Checkpointer:
         self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
         self.manager.wait_until_finished()
-        write_sums(self.step_dir(step))
+        if jax.process_index() == 0:
+            write_sums(self.step_dir(step))
+        multihost.barrier(f"checkpoint {step}: sums written")
 
     def read_meta(self, step: int | None = None) -> dict[str, Any]:
         """The JSON record of a checkpoint (latest by default), without loading arrays."""
@@ -186,6 +195,10 @@ class Checkpointer:
                              f"{type(e).__name__}: {e}") from e
 
     def _set_aside(self, steps: list[int]) -> None:
+        if jax.process_index() != 0:
+            multihost.barrier("damaged checkpoints set aside")
+            self.manager.reload()
+            return
         for step in steps:
             dst = self.step_dir(step) + DAMAGED_SUFFIX
             n = 1
@@ -194,6 +207,7 @@ class Checkpointer:
                 dst = f"{self.step_dir(step)}{DAMAGED_SUFFIX}{n}"
             os.replace(self.step_dir(step), dst)
             logging.warning("Moved the damaged checkpoint to %s (delete it when not needed).", dst)
+        multihost.barrier("damaged checkpoints set aside")
         self.manager.reload()
 
     def close(self) -> None:

@@ -76,6 +76,27 @@ def install() -> None:
     writer.emit = emit_around_bars
 
 
+class _ProcessTag(py_logging.Filter):
+    """Prefixes every line with the process that wrote it (``[process 1/4] ...``)."""
+
+    def __init__(self, tag: str):
+        super().__init__()
+        self.tag = tag
+
+    def filter(self, record: py_logging.LogRecord) -> bool:
+        if not getattr(record, "meowjax_tagged", False):
+            record.msg, record.meowjax_tagged = f"[{self.tag}] {record.msg}", True
+        return True
+
+
+def tag_lines(tag: str) -> None:
+    """Multi-process runs: each log line says which process wrote it. Replaces an earlier tag."""
+    handler = logging.get_absl_handler()
+    for f in [f for f in handler.filters if isinstance(f, _ProcessTag)]:
+        handler.removeFilter(f)
+    handler.addFilter(_ProcessTag(tag))
+
+
 def info(msg: str, *args: Any) -> None:
     """An INFO line attributed to the caller (absl skips this frame)."""
     logging.info(msg, *args)

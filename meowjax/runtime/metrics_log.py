@@ -14,14 +14,22 @@ from tensorboard import summary as tb_summary
 
 
 class MetricsWriter:
-    """Writes scalars to ``workdir/tb`` (TensorBoard) and appends them to ``metrics.jsonl``."""
+    """Writes scalars to ``workdir/tb`` (TensorBoard) and appends them to ``metrics.jsonl``.
 
-    def __init__(self, workdir: str):
+    ``enabled=False`` (every process of a multi-process run but process 0, which holds the same
+    numbers) writes nothing: one set of files per run."""
+
+    def __init__(self, workdir: str, *, enabled: bool = True):
+        self.enabled = enabled
+        if not enabled:
+            return
         self.tb = tb_summary.Writer(os.path.join(workdir, "tb"))
         self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
 
     def write(self, step: int, metrics: Mapping[str, Any], *, log: bool = True) -> None:
         """Every scalar to both files; with ``log`` also one DEBUG line of them all."""
+        if not self.enabled:
+            return
         clean = {k: float(np.asarray(v)) for k, v in metrics.items()}
         for k, v in clean.items():
             self.tb.add_scalar(k, v, step=step)
@@ -33,6 +41,8 @@ class MetricsWriter:
                           ", ".join(f"{k}={v:.4g}" for k, v in sorted(clean.items())))
 
     def close(self) -> None:
+        if not self.enabled:
+            return
         self.tb.close()
         self.jsonl.close()
 

@@ -1,8 +1,9 @@
 """Where the trainer's arrays live on the mesh: params, train state, batches, restore targets.
 
-One ``Placement`` per run, on the mesh of ``config.mesh.axes`` over this process's devices
-(``meowjax.sharding.make_mesh``; multi-host training is not wired yet). Every
-sharding comes from the ONE rule table (``meowjax.sharding.LOGICAL_RULES``):
+One ``Placement`` per mesh: the trainer's, of ``config.mesh.axes`` over every process's devices
+(``meowjax.sharding.make_mesh``), and its rollouts', over this process's own devices
+(``runtime.multihost.process_submesh``; the same mesh on one process). Every sharding comes
+from the ONE rule table (``meowjax.sharding.LOGICAL_RULES``):
 
     policy / reference params   lm.logical_axes(cfg)   (vocab/heads/mlp on tensor, embed on fsdp)
     value params                value.value_logical_axes(cfg)
@@ -27,6 +28,7 @@ from jax.sharding import Mesh
 from meowjax import sharding
 from meowjax.models import lm, value
 from meowjax.models.config import ModelConfig
+from meowjax.runtime import multihost
 from meowjax.runtime.state import StepShardings, TrainState
 
 
@@ -99,6 +101,9 @@ class Placement:
 
     def batch(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
         """Places a host batch ``{name: [B, ...]}`` with B split over the batch axes (B divides:
-        ``check_batch_rows`` at trainer construction). The mesh is this process's devices, so
-        this is a plain ``device_put``, not ``shard_batch``'s multi-process assembly."""
-        return jax.device_put(dict(batch), self.batch_sharding)
+        ``check_batch_rows`` at trainer construction). On a mesh over several processes every
+        process holds the whole batch and places its devices' rows (``multihost.global_batch``);
+        otherwise a plain ``device_put``."""
+        if self.batch_sharding.is_fully_addressable:
+            return jax.device_put(dict(batch), self.batch_sharding)
+        return multihost.global_batch(batch, self.batch_sharding)

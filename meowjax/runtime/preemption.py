@@ -6,6 +6,9 @@ rollout: the state is unchanged by them), and waits for the end of a ``deferred`
 stopping half-way would lose or tear the state (an update step donates the old state's buffers;
 a checkpoint save). Code in a deferred section polls ``requested()`` at its own boundaries.
 
+In a multi-process run (``lockstep``) a SIGTERM is only recorded: the trainer's processes agree
+on it at their step boundaries and all stop there together.
+
 The trainer saves its last consistent state when ``Preempted`` reaches it; the entry point
 (experiments/train.py) prints one line and exits with ``EXIT_STATUS``; rerunning the same
 command resumes.
@@ -37,6 +40,7 @@ class _Stop:
         self.requested = False
         self.defer = 0
         self.installed = 0
+        self.lockstep = False
 
 
 _STOP = _Stop()
@@ -45,7 +49,7 @@ _STOP = _Stop()
 def _handle(signum, frame) -> None:
     del signum, frame
     _STOP.requested = True
-    if not _STOP.defer:
+    if not _STOP.defer and not _STOP.lockstep:
         raise Preempted("SIGTERM")
 
 
@@ -89,6 +93,9 @@ def deferred() -> Iterator[None]:
 def interruptible() -> Iterator[None]:
     """A section inside a deferred one where stopping at once loses nothing (a rollout before
     its update); raises at entry if a SIGTERM is already pending."""
+    if _STOP.lockstep:   # processes stop together, at the trainer's agreed points only
+        yield
+        return
     saved, _STOP.defer = _STOP.defer, 0
     try:
         if _STOP.requested and _STOP.installed:
@@ -96,3 +103,15 @@ def interruptible() -> Iterator[None]:
         yield
     finally:
         _STOP.defer = saved
+
+
+@contextlib.contextmanager
+def lockstep() -> Iterator[None]:
+    """A multi-process run: processes must stop at the same point of the program (a save is a
+    collective), so a SIGTERM only records the request, nowhere raises, and the trainer agrees
+    on stopping at its step boundaries (``runtime.multihost.any_process``)."""
+    saved, _STOP.lockstep = _STOP.lockstep, True
+    try:
+        yield
+    finally:
+        _STOP.lockstep = saved

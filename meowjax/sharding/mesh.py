@@ -103,8 +103,9 @@ def maybe_initialize_distributed(config: Any) -> bool:
     """Starts JAX's multi-host runtime when the config asks for it; a no-op otherwise.
 
     Reads ``coordinator_address``, ``num_processes``, ``process_id`` (and optional
-    ``local_device_ids``) from ``config`` (a mapping or attribute object, e.g. the
-    ``config.distributed`` ConfigDict).
+    ``local_device_ids``, ``heartbeat_timeout_s``) from ``config`` (a mapping or attribute
+    object, e.g. the ``config.distributed`` ConfigDict). ``heartbeat_timeout_s`` bounds how long
+    the others run on after a process dies before the coordination service stops them.
 
     - ``coordinator_address`` unset/empty and ``num_processes`` in (None, 1): single host, nothing
       is done, returns False.
@@ -113,12 +114,18 @@ def maybe_initialize_distributed(config: Any) -> bool:
     - otherwise: ``jax.distributed.initialize(coordinator_address, num_processes, process_id)``;
       all three must be set.
 
-    Must run before any other JAX call touches the devices. Returns True when initialised.
+    Must run before any other JAX call touches the devices. Returns True when initialised
+    (also when an earlier call did).
     """
+    if jax.distributed.is_initialized():
+        return True
     address = _get(config, "coordinator_address")
     num_processes = _get(config, "num_processes")
     process_id = _get(config, "process_id")
     local_device_ids = _get(config, "local_device_ids")
+    timeouts = {}
+    if _get(config, "heartbeat_timeout_s"):
+        timeouts["heartbeat_timeout_seconds"] = int(_get(config, "heartbeat_timeout_s"))
     if not address:
         if num_processes not in (None, 1):
             raise ValueError(
@@ -127,7 +134,7 @@ def maybe_initialize_distributed(config: Any) -> bool:
             )
         return False
     if address == "auto":
-        jax.distributed.initialize()
+        jax.distributed.initialize(**timeouts)
         return True
     if num_processes is None or process_id is None:
         raise ValueError(
@@ -139,5 +146,6 @@ def maybe_initialize_distributed(config: Any) -> bool:
         num_processes=int(num_processes),
         process_id=int(process_id),
         local_device_ids=local_device_ids,
+        **timeouts,
     )
     return True

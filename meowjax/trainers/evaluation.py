@@ -17,7 +17,7 @@ from absl import logging
 from meowjax.envs.base import EnvError
 from meowjax.eval import outcomes, passk, traces
 from meowjax.rollout import trajectory
-from meowjax.runtime import console
+from meowjax.runtime import console, multihost
 from meowjax.trainers import data
 
 EVAL_RNG = 9  # host randomness of evaluations: default_rng([seed, EVAL_RNG, ...])
@@ -93,12 +93,32 @@ class Evaluation:
         with console.Progress(desc, len(tasks) * samples, "episode") as bar:
             for start in range(0, len(tasks), per_chunk):
                 chunk = list(tasks[start:start + per_chunk])
-                trajs += self.play(params, pool, chunk, group_size=samples,
-                                   budgets=[budget] * (len(chunk) * samples), rng=rng,
-                                   greedy=greedy, key=jax.random.fold_in(key, start),
-                                   temperature=self.eval_temperature)
+                trajs += self.play_share(params, pool, chunk, group_size=samples,
+                                         budgets=[budget] * (len(chunk) * samples), rng=rng,
+                                         greedy=greedy, key=jax.random.fold_in(key, start),
+                                         temperature=self.eval_temperature)
                 bar.update(len(chunk) * samples)
         return trajs
+
+    def play_share(self, params, pool, tasks: Sequence[Any], *, group_size: int,
+                   budgets: Sequence[int], rng: np.random.Generator, greedy: bool,
+                   key: jax.Array, temperature: float) -> list[trajectory.Trajectory]:
+        """``play`` of all ``tasks``, this process playing its contiguous block of them
+        (``multihost.share``; whole groups), then every process's episodes gathered in task
+        order: with one process, or several, the same list on every process.
+
+        ``rng`` gives one number per call, whatever the block: the seed of every episode's own
+        stream, so the draws of an episode do not depend on which process plays it."""
+        start, stop = multihost.share(len(tasks))
+        local_rng = np.random.default_rng(int(rng.integers(2**63)))
+        local = []
+        if stop > start:
+            local = self.play(multihost.local_view(params, self.rollout_mesh), pool,
+                              list(tasks[start:stop]), group_size=group_size,
+                              budgets=list(budgets[start * group_size:stop * group_size]),
+                              rng=local_rng, greedy=greedy, key=key, temperature=temperature,
+                              offset=start)
+        return multihost.allgather_objects(local)
 
     def _periodic_eval(self, state, pool, meta) -> None:
         """Evaluation every ``eval.every_iters`` RL iterations; its success rates go to the

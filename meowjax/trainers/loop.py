@@ -35,7 +35,8 @@ from meowjax.models import value
 from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
-from meowjax.runtime import checkpoint, console, host_memory, metrics_log, placement, preemption
+from meowjax.runtime import (checkpoint, console, host_memory, metrics_log, multihost, placement,
+                             preemption)
 from meowjax.runtime.preemption import Preempted
 from meowjax.trainers import data, dynamic_sampling, optim, returns, steps
 from meowjax.trainers.evaluation import Evaluation
@@ -81,15 +82,21 @@ class AgentTrainer(Evaluation, abc.ABC):
     needs_admissible: bool = False
 
     def __init__(self, c: ml_collections.ConfigDict, workdir: str, *, training: bool = True):
-        """The agent of ``c`` (model, tokenizer, interface, placement on this process's devices)
-        and, with ``training``, the run's data and steps: game sets, expert demonstrations, the
-        SFT rows, optimizers and jitted updates. ``training=False`` builds only what playing
-        and evaluating a checkpoint need (see ``restore_policy``)."""
+        """The agent of ``c`` (model, tokenizer, interface, placement on the mesh over every
+        process's devices) and, with ``training``, the run's data and steps: game sets, expert
+        demonstrations, the SFT rows, optimizers and jitted updates. ``training=False`` builds
+        only what playing and evaluating a checkpoint need (see ``restore_policy``).
+
+        Several processes (``runtime.multihost``): updates run SPMD on ``mesh``; each process
+        plays its share of the episodes on ``rollout_mesh``, its own devices."""
         self.c, self.workdir, self.training = c, workdir, training
         self.check_config()
-        # This process's devices: multi-host training is not wired (launch_pod evaluates per host).
-        self.mesh = make_mesh(c.mesh.axes, jax.local_devices(), field="config.mesh.axes")
+        self.mesh = make_mesh(c.mesh.axes, jax.devices(), field="config.mesh.axes")
+        self.rollout_mesh = multihost.process_submesh(self.mesh)
         placement.check_batch_rows(self.mesh, self.batch_row_fields())
+        note = multihost.idle_processes_note(c.rollout.tasks_per_iter, "rollout.tasks_per_iter")
+        if training and note:
+            logging.warning("%s", note)
         os.makedirs(workdir, exist_ok=True)
         self.spec = estimators.validate_estimator(c.rl.estimator)
         self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
@@ -100,11 +107,12 @@ class AgentTrainer(Evaluation, abc.ABC):
         # Reference log-probs are computed only for a KL term (in the loss or in the rewards).
         self.needs_ref = self.objective.needs_ref
         self.plan = data.budget_plan(c) if training else {"sft_demos": 0, "rl_episodes": 0}
-        self.sets = data.game_sets(c) if training else {}
-        self.rename = data.task_renamer(c, self.sets) if training else None
-        sft_tasks = self.sets["sft"][:self.plan["sft_demos"]] if training else []
-        self.expert = data.expert_data(c, sft_tasks) if training else []
-        self.setup_model()
+        with multihost.process_zero_first("games, tokenizer, weights"):   # shared files
+            self.sets = data.game_sets(c) if training else {}
+            self.rename = data.task_renamer(c, self.sets) if training else None
+            sft_tasks = self.sets["sft"][:self.plan["sft_demos"]] if training else []
+            self.expert = data.expert_data(c, sft_tasks) if training else []
+            self.setup_model()
         augmented = data.augmented_experts(c, self.expert, sft_tasks,
                                            host_rng(c.seed, AUGMENT_RNG)) if training else []
         self.sft_rows = self.make_sft_rows(self.expert + augmented)
@@ -119,6 +127,7 @@ class AgentTrainer(Evaluation, abc.ABC):
         self.rl_opt = optim.optimizer_from_config(c.rl, rl_steps)
         self.critic_opt = optim.optimizer_from_config(c.rl, rl_steps, lr=c.rl.critic_lr)
         self.place = placement.Placement(self.mesh, self.cfg)
+        self.rollout_place = placement.Placement(self.rollout_mesh, self.cfg)
         self.shardings = {phase: self.place.step_shardings(self._abstract_state(phase == RL), opt,
                                                            self.critic_opt)
                           for phase, opt in ((SFT, self.sft_opt), (RL, self.rl_opt))}
@@ -137,7 +146,7 @@ class AgentTrainer(Evaluation, abc.ABC):
         self.old_terms = steps.make_old_terms(
             self.units, temperature=c.policy.temperature, needs_ref=self.needs_ref,
             needs_critic=self.spec.needs_critic)
-        self.writer = metrics_log.MetricsWriter(workdir)
+        self.writer = metrics_log.MetricsWriter(workdir, enabled=jax.process_index() == 0)
         self.compile_clock = metrics_log.CompileClock()
 
     # ----- interface hooks -----------------------------------------------------------------
@@ -183,9 +192,11 @@ class AgentTrainer(Evaluation, abc.ABC):
 
     @abc.abstractmethod
     def play(self, params, pool, tasks, *, group_size: int, budgets: Sequence[int],
-             rng: np.random.Generator, greedy: bool, key: jax.Array,
-             temperature: float) -> list[trajectory.Trajectory]:
-        ...
+             rng: np.random.Generator, greedy: bool, key: jax.Array, temperature: float,
+             offset: int = 0) -> list[trajectory.Trajectory]:
+        """Episodes of ``tasks`` on this process's devices (``rollout_mesh``; ``params`` are the
+        trainer's). ``tasks`` are items ``offset ...`` of the caller's list: group ids and each
+        episode's sampling randomness follow the position in that list, not the process."""
 
     @abc.abstractmethod
     def update_rows(self, trajs) -> list[dict[str, np.ndarray]]:
@@ -258,7 +269,8 @@ class AgentTrainer(Evaluation, abc.ABC):
         return jax.jit(new_state, out_shardings=self.shardings[phase].state)(params)
 
     def _sft_state(self):
-        params = self.place.params(self.init_params(jax.random.key(self.c.seed)))
+        params = self.place.params(multihost.host_params(
+            self.init_params(jax.random.key(self.c.seed))))
         return self._placed_state(params, False)
 
     def _rl_state(self, params):
@@ -346,7 +358,7 @@ class AgentTrainer(Evaluation, abc.ABC):
         for idx in buckets.length_grouped_minibatches([len(r["tokens"]) for r in rows], mb):
             chunk = [rows[j] for j in idx]
             batch = self.place.batch(self.pack(chunk, self.update_batch_rows(len(idx)), "old"))
-            rl_, v = jax.device_get(self.old_terms(ref, state.value_params, batch))
+            rl_, v = multihost.to_host(self.old_terms(ref, state.value_params, batch))
             for k, (j, row) in enumerate(zip(idx, chunk)):
                 refl[j], vals[j] = self.row_units(rl_[k], row), self.row_units(v[k], row)
         return refl, vals
@@ -366,10 +378,10 @@ class AgentTrainer(Evaluation, abc.ABC):
             tasks = self.rename(tasks, rename_rng)
             budgets = budgets_for(c, len(tasks) * c.rollout.group_size, rng)
             key = jax.random.fold_in(jax.random.key(c.seed), it)
-            trajs = self.play(state.params, pool, tasks, group_size=c.rollout.group_size,
-                              budgets=budgets, rng=rng, greedy=False,
-                              key=key if draw == 0 else jax.random.fold_in(key, draw),
-                              temperature=c.policy.temperature)
+            trajs = self.play_share(state.params, pool, tasks, group_size=c.rollout.group_size,
+                                    budgets=budgets, rng=rng, greedy=False,
+                                    key=key if draw == 0 else jax.random.fold_in(key, draw),
+                                    temperature=c.policy.temperature)
             played.append(sum(e.num_turns for e in trajs))
             return trajs
 
@@ -451,7 +463,7 @@ class AgentTrainer(Evaluation, abc.ABC):
                      self.rl_iters, data.task_repeats(c, self.rl_iters), self.workdir)
         pool, self._resume = None, None
         try:
-            with preemption.on_sigterm():
+            with preemption.on_sigterm(), multihost.stop_together():
                 state, ref, meta = self.restore_state()
                 self._mark(state, ref, meta, saved=True)
                 pool = EnvPool(data.env_spec(self.c, admissible=self.needs_admissible),
@@ -471,8 +483,13 @@ class AgentTrainer(Evaluation, abc.ABC):
 
     @property
     def preempted(self) -> bool:
-        """A SIGTERM arrived (set by the handler; tests set it to stop at a chosen point)."""
-        return preemption.requested()
+        """A SIGTERM arrived (set by the handler; tests set it to stop at a chosen point). With
+        several processes: on any of them (a collective: every process asks at the same points,
+        so all save and stop at the same step)."""
+        if multihost.any_process(preemption.requested()):
+            preemption.request()
+            return True
+        return False
 
     @preempted.setter
     def preempted(self, value: bool) -> None:

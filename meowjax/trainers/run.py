@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
-from typing import Any
+from typing import Any, Iterator
+
+import jax
 
 import ml_collections
 import numpy as np
 
 from meowjax.eval import passk, report
-from meowjax.runtime import console, preemption, workdir_lock
+from meowjax import sharding
+from meowjax.runtime import console, multihost, preemption, workdir_lock
 from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
 
@@ -139,16 +144,49 @@ def _curve_sections(workdir: str) -> list[Any]:
     return out
 
 
+@contextlib.contextmanager
+def stop_all_on_peer_failure(workdir: str) -> Iterator[None]:
+    """Several processes: an error here (typically a collective that broke because another
+    process died) ends this process at once with a message saying so, instead of waiting in
+    ``jax.distributed``'s exit barrier for the dead peer's heartbeat timeout and aborting. A
+    process stuck outside a collective is stopped by the coordination service after
+    ``distributed.heartbeat_timeout_s``."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 (every failure ends the whole run the same way)
+        if not multihost.is_multiprocess():
+            raise
+        import traceback
+        traceback.print_exc()
+        print(f"[{multihost.process_tag()}] stopping: {type(e).__name__}: {str(e)[:500]}\n"
+              "If another process of this run died, that is the cause: see its log. Rerun the "
+              f"same command on every process to resume from the last checkpoint in {workdir}.",
+              file=sys.stderr, flush=True)
+        os._exit(multihost.PEER_FAILURE_STATUS)
+
+
 def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Trains (or resumes) the run of ``c`` in ``workdir`` and writes its report.
 
-    Holds the workdir's lock throughout (``runtime.workdir_lock``: a second run on it raises
-    WorkdirBusy) and the SIGTERM handler from game generation on (``runtime.preemption``: a
-    SIGTERM raises Preempted once the state is saved)."""
+    Starts ``jax.distributed`` when ``c.distributed`` asks for it (every process runs this with
+    its own ``process_id``). Holds the workdir's lock throughout (``runtime.workdir_lock``: a
+    second run on it raises WorkdirBusy; process 0's lock stands for the run) and the SIGTERM
+    handler from game generation on (``runtime.preemption``: a SIGTERM raises Preempted once
+    the state is saved; with several processes, all of them save and stop together). Process 0
+    writes the report."""
     t0 = time.time()
-    with workdir_lock.hold(workdir), preemption.on_sigterm():
-        out = trainer_class(c.policy.interface)(c, workdir).run()
-    path = write_run_report(c, workdir, out, time.time() - t0)
+    sharding.maybe_initialize_distributed(c.distributed)
+    if multihost.is_multiprocess():
+        console.tag_lines(multihost.process_tag())
+        console.info("%d processes, %d devices (%d here)", jax.process_count(),
+                     jax.device_count(), jax.local_device_count())
+    lock = workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
+    with stop_all_on_peer_failure(workdir):
+        with lock, multihost.stop_together(), preemption.on_sigterm():
+            out = trainer_class(c.policy.interface)(c, workdir).run()
+        if jax.process_index() != 0:
+            return out
+        path = write_run_report(c, workdir, out, time.time() - t0)
     with open(path, encoding="utf-8") as f:
         print(f.read())
     console.info("report: %s (wall time %.1f min)", path, (time.time() - t0) / 60)

@@ -64,14 +64,20 @@ class ScoreTrainer(loop.AgentTrainer):
     def rows_per_iter_estimate(self) -> int:
         return self.batch_rows * self.c.turns.max_turns // 2
 
-    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature):
-        del key  # candidates are drawn on the host from rng
+    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature,
+             offset=0):
+        """Candidates are drawn on the host: episode e (of the caller's list) from its own
+        stream ``default_rng([base, e])``, ``base`` one draw of ``rng``."""
+        del key
         tau = np.float32(temperature)
-        score = lambda batch: np.asarray(self.score_fn(params, self.place.batch(batch), tau))
+        score = lambda batch: np.asarray(self.score_fn(params, self.rollout_place.batch(batch),
+                                                       tau))
+        base, first = int(rng.integers(2**63)), offset * group_size
+        rngs = [np.random.default_rng([base, first + i]) for i in range(len(tasks) * group_size)]
         eps = score_episodes.collect(
             score, pool, self.builder, tasks, group_size=group_size, max_turns=budgets,
-            batch_rows=self.batch_rows, length_buckets=self.c.rollout.length_buckets, rng=rng,
-            greedy=greedy, min_rows=self.min_rows)
+            batch_rows=self.batch_rows, length_buckets=self.c.rollout.length_buckets, rng=rngs,
+            greedy=greedy, min_rows=self.min_rows, group_offset=offset)
         return [score_episodes.to_trajectory(e) for e in eps]
 
     def update_rows(self, trajs):

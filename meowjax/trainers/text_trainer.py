@@ -61,7 +61,8 @@ class TextTrainer(loop.AgentTrainer):
                                prompt_buckets=tuple(c.rollout.length_buckets),
                                batch_buckets=(1, 2, 4, 8, 16, 32, 64),
                                pad_id=max(self.tok.pad_token_id or 0, 0),
-                               mesh=self.mesh, row_axes=sharding.batch_axes(self.mesh))
+                               mesh=self.rollout_mesh,
+                               row_axes=sharding.batch_axes(self.rollout_mesh))
         self.pad_values = {}
 
     def setup_steps(self) -> None:
@@ -79,13 +80,14 @@ class TextTrainer(loop.AgentTrainer):
     def rows_per_iter_estimate(self) -> int:
         return self.batch_rows
 
-    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature):
+    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature,
+             offset=0):
         c = self.c
         eps = episodes.collect_episodes(
             self.sampler, params, pool, self.tok, tasks, group_size=group_size, max_turns=budgets,
             max_context=max(c.rollout.length_buckets), max_action_tokens=c.policy.max_action_tokens,
             temperature=temperature, greedy=greedy, rng=key, fmt=self.fmt,
-            kv_reuse=c.rollout.kv_reuse)
+            kv_reuse=c.rollout.kv_reuse, group_offset=offset, row_offset=offset * group_size)
         return [episodes.to_trajectory(e) for e in eps]
 
     def update_rows(self, trajs):
