@@ -8,9 +8,12 @@ JSON per cell under docs/results/<study>/, and the document docs/results.md made
     python -m experiments.studies --report             # docs/results.md from the JSON only
     python -m experiments.studies --study=budget --smoke --seeds=0 --workdir=/tmp/st  # toy size
 
-Resumable: a cell whose JSON exists is skipped; a cell whose training stopped resumes from its
-checkpoint under --workdir (runs/studies/<study>/<cell>); on SIGTERM the running cell saves its
-state and the sweep exits with status 75. Seeds default to 0,1,2; --arms picks some rows.
+Shared SFT: the cells of one seed whose SFT phase is the same (algos: every estimator and
+reward; budget: the unstated arms, the stated arm apart) start RL from one SFT run, made once
+under <workdir>/_sft/<key>/ (meowjax/trainers/shared_sft.py); the SFT-share study's cells run
+their own. Resumable: a cell whose JSON exists is skipped; a cell whose training stopped resumes
+from its checkpoint under --workdir (runs/studies/<study>/<cell>), a stopped shared SFT from
+its own; on SIGTERM the running cell saves its state and the sweep exits with status 75. Seeds default to 0,1,2; --arms picks some rows.
 Questions 4 (where the gain sits) and 5 (difficulty transfer) are read from the algos cells,
 which record per-turn diagnostics and three held-out difficulties for the start and end policy.
 """
