@@ -13,7 +13,8 @@ reward; budget: the unstated arms, the stated arm apart) start RL from one SFT r
 under <workdir>/_sft/<key>/ (meowjax/trainers/shared_sft.py); the SFT-share study's cells run
 their own. Resumable: a cell whose JSON exists is skipped; a cell whose training stopped resumes
 from its checkpoint under --workdir (runs/studies/<study>/<cell>), a stopped shared SFT from
-its own; on SIGTERM the running cell saves its state and the sweep exits with status 75. Seeds default to 0,1,2; --arms picks some rows.
+its own; on SIGTERM the running cell saves its state and the sweep exits with status 75.
+Seeds default to 0,1,2; --arms picks some rows.
 Questions 4 (where the gain sits) and 5 (difficulty transfer) are read from the algos cells,
 which record per-turn diagnostics and three held-out difficulties for the start and end policy.
 """
