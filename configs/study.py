@@ -11,26 +11,34 @@ writes one JSON per cell under docs/results/ and the document docs/results.md. O
 Study scale (what differs from configs/default.py; model, interface, prompt, SFT and RL
 hyper-parameters, temperature, KL, reward wrapper and length buckets are the default run's):
 
-  * budget 1120 episode-units instead of 3680: 80 SFT demonstrations (x 10 units) + 320 RL
-    episodes = 10 iterations of 8 games x 4 (default: 240 + 1280 = 40 iterations), the default's
-    SFT share rounded (0.714 vs 0.652); ``sft_share`` spends the same budget otherwise (0: 35
-    RL iterations, no SFT; 1: 112 demonstrations, no RL);
+  * the default run's SFT (240 demonstrations x 2 epochs, 2 augmented copies each) and 15 RL
+    iterations of 8 games x 4 instead of 40: a budget of 2400 + 480 = 2880 episode-units
+    (default 3680), SFT share 0.833;
+  * the cells of one seed whose SFT is the same (the algos study: every estimator and reward;
+    the budget study: the fixed and BudgetMix arms, and the stated arm, whose prompts differ,
+    on its own) share ONE SFT run: experiments/studies.py runs it once under
+    ``runs/studies/_sft/<key>/`` and starts each cell's RL from its checkpoint
+    (meowjax/trainers/shared_sft.py; the key hashes the config fields SFT reads, and a cell
+    whose key differs fails). Their budget: same SFT start, RL iterations fixed;
+  * the SFT-share study keeps a fixed total budget, the same 2880 episode-units, spent at
+    shares 0 .. 1 (0: 90 RL iterations, no SFT; 0.5: 144 demonstrations + 45 iterations; 1: 288
+    demonstrations, no RL); each of its cells runs its own SFT;
   * 40 held-out test games per difficulty (default 80), w2-o3-q4 and w3-o5-q6, plus w4-o6-q8
     evaluated by the studies runner (``EXTRA_EVAL``);
-  * a greedy held-out evaluation about every third of RL (``eval.every_iters``) for the
+  * a greedy held-out evaluation every 5 RL iterations (``eval.every_iters``) for the
     learning curve; sampled evaluation (Pass@(K,T), per-turn diagnostics) at start and end.
 
-Cell time. Estimated for 2 quiet cores from the default run's phase times (docs/results-history.md:
-SFT 3.0 min for 240 demonstrations, RL 7.6 min for 40 iterations, ~0.6 min per evaluation of
-twice these games): SFT ~1 min, RL ~2 min, evaluations (start, two periodic, final, the runner's
-w4-o6-q8) ~1 min, start-up ~0.3 min: ~4 min. Measured on 2 cores shared with 3-5 other jobs
-(load average 4-16): the algos cell rloo / process, seed 0, took 20.9 min with an empty XLA
-cache (532 s compiling), 17.0 and 8.8 min with a warm one (load average 8.5-16.5 and 11.6-6.2
-at start-end); docs/results.md lists every cell's wall time and load.
-Budget cells cost more (Pass@(K,T) from 4 sampled episodes a game, the stated mode played at
-every T): budgetmix stated, seed 0, took 12.2 min at load average ~6 (6.4 min training and the
-trainer's evaluations, 5.9 min the runner's two grids). SFT-share cells with less SFT cost more
-(share 0: 35 RL iterations).
+Cell time, estimated for 2 quiet cores from the default run's phase times
+(docs/results-history.md: SFT 3.0 min for 240 demonstrations x 2 epochs, RL 7.6 min for 40
+iterations (~11 s each), ~0.6 min per evaluation of twice these games): the shared SFT ~3.5 min
+once per seed (and key), then per cell: start-up (games, expert data, rows) ~0.5 min, RL ~2.8
+min, evaluations (start, two periodic, final, the runner's w4-o6-q8) ~1 min: ~4.3 min, the
+algos study ~70 min per seed (15 cells + one SFT). Budget cells cost ~6 min more (Pass@(K,T) from
+4 sampled episodes a game, the stated mode played at every T). SFT-share cells cost more: ~55
+min per seed for the five (224 RL iterations and 720 demonstrations between them). On the 2
+cores shared with other jobs (load average 6-16), cells of the earlier, smaller scale took 2-4x
+their quiet estimate. Measured times: docs/results.md lists every cell's wall time and load
+(only cells of this scale: those of the earlier one were removed, not mixed in).
 
 Knobs: ``estimator`` (gae = PPO with a critic and token GAE, turn_gae, grpo, rloo, gigpo),
 ``reward`` (sparse = win, dense = score gained per turn, process = expert-plan progress),
@@ -45,9 +53,10 @@ from configs import default
 
 ESTIMATORS = ("gae", "turn_gae", "grpo", "rloo", "gigpo")
 REWARDS = ("sparse", "dense", "process")
-TOTAL_EPISODES = 1120
-SFT_SHARE = 800 / 1120          # 80 demonstrations + 320 RL episodes
-MAX_SFT_DEMOS = TOTAL_EPISODES // 10
+SFT_DEMOS = 240                 # the default run's (configs/default.py games.num_sft)
+RL_ITERS = 15                   # of 8 games x 4 episodes
+TOTAL_EPISODES = SFT_DEMOS * 10 + RL_ITERS * 8 * 4      # 2880 episode-units
+SFT_SHARE = SFT_DEMOS * 10 / TOTAL_EPISODES
 EVAL_GAMES = 40
 # The turn-budget study's grid (w2-o3-q4 walkthroughs take ~4 commands: "less than optimal"
 # up to ~3x optimal).
@@ -101,7 +110,9 @@ def get_config(arg=None):
     c.policy.state_budget = arg.state_budget
     if not arg.smoke:
         c.budget.update(dict(total_episodes=TOTAL_EPISODES, sft_share=share))
-        c.games.update(dict(num_sft=MAX_SFT_DEMOS, num_eval=EVAL_GAMES,
+        # The default's 240 SFT games unless the share needs more (share 1: 288).
+        demos = int(round(share * TOTAL_EPISODES / c.budget.sft_demo_cost))
+        c.games.update(dict(num_sft=max(c.games.num_sft, demos), num_eval=EVAL_GAMES,
                             num_eval_hard=EVAL_GAMES))
     else:
         c.budget.sft_share = share

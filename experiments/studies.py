@@ -8,9 +8,13 @@ JSON per cell under docs/results/<study>/, and the document docs/results.md made
     python -m experiments.studies --report             # docs/results.md from the JSON only
     python -m experiments.studies --study=budget --smoke --seeds=0 --workdir=/tmp/st  # toy size
 
-Resumable: a cell whose JSON exists is skipped; a cell whose training stopped resumes from its
-checkpoint under --workdir (runs/studies/<study>/<cell>); on SIGTERM the running cell saves its
-state and the sweep exits with status 75. Seeds default to 0,1,2; --arms picks some rows.
+Shared SFT: the cells of one seed whose SFT phase is the same (algos: every estimator and
+reward; budget: the unstated arms, the stated arm apart) start RL from one SFT run, made once
+under <workdir>/_sft/<key>/ (meowjax/trainers/shared_sft.py); the SFT-share study's cells run
+their own. Resumable: a cell whose JSON exists is skipped; a cell whose training stopped resumes
+from its checkpoint under --workdir (runs/studies/<study>/<cell>), a stopped shared SFT from
+its own; on SIGTERM the running cell saves its state and the sweep exits with status 75.
+Seeds default to 0,1,2; --arms picks some rows.
 Questions 4 (where the gain sits) and 5 (difficulty transfer) are read from the algos cells,
 which record per-turn diagnostics and three held-out difficulties for the start and end policy.
 """
@@ -34,6 +38,7 @@ from meowjax.runtime import console, host_memory, preemption, workdir_lock, xla_
 
 SCHEMA = 1
 RESULTS_DIR = "docs/results"
+SFT_DIR = "_sft"     # <workdir>/_sft/<key>/: the SFT runs shared by cells
 DOCUMENT = "docs/results.md"
 
 
@@ -41,12 +46,15 @@ DOCUMENT = "docs/results.md"
 class Study:
     """A question's sweep: rows (arm label -> configs/study.py knobs) and the evaluations the
     runner adds after training (``extra_eval``: the third difficulty, greedy; ``grids``: the
-    Pass@(K,T) grid in both prompt modes, start and end)."""
+    Pass@(K,T) grid in both prompt modes, start and end). ``shared_sft``: the cells of a seed
+    whose SFT phase is the same start RL from one SFT run (``meowjax.trainers.shared_sft``);
+    off where the arms differ in SFT."""
 
     question: str
     arms: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
     extra_eval: bool = False
     grids: bool = False
+    shared_sft: bool = True
 
 
 def _arms(rows: Sequence[tuple[str, dict[str, Any]]]):
@@ -58,7 +66,8 @@ STUDIES = {
         [(f"{e} / {r}", {"estimator": e, "reward": r})
          for e in study_config.ESTIMATORS for r in study_config.REWARDS]), extra_eval=True),
     "sft_share": Study("Q2 SFT share at a fixed budget", _arms(
-        [(f"sft {s:g}", {"sft_share": s}) for s in (0.0, 0.25, 0.5, 0.75, 1.0)])),
+        [(f"sft {s:g}", {"sft_share": s}) for s in (0.0, 0.25, 0.5, 0.75, 1.0)]),
+        shared_sft=False),
     "budget": Study("Q3 turn budget", _arms([
         ("fixed T=12", {"passkt_grid": True}),
         ("budgetmix", {"passkt_grid": True, "budget_mix": "2/3/4/6/8/12"}),
@@ -172,11 +181,27 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
     return res
 
 
+def sft_start(c, workdir: str, folder: str, shared: bool) -> dict[str, Any]:
+    """Where the cell's RL starts. Shared: the SFT of the cell's key runs once under
+    ``<workdir>/_sft/<key>/`` (reused by every cell of that key) and seeds the cell's workdir
+    (``folder``) with its post-SFT checkpoint and tokenizer. Otherwise the cell runs its own SFT.
+    Returns the cell JSON's ``sft`` record."""
+    from meowjax.trainers import shared_sft
+    key = shared_sft.sft_key(c)
+    if not shared:
+        return {"shared": False, "key": key, "folder": folder}
+    rec = shared_sft.run(c, os.path.join(workdir, SFT_DIR, key))
+    with workdir_lock.hold(folder):
+        seeded = shared_sft.seed_workdir(c, rec, folder)
+    return {"shared": True, "key": key, "folder": rec["folder"], "sft_steps": rec["sft_steps"],
+            "wall_s": rec["wall_s"], "seeded_now": seeded}
+
+
 def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir: str,
                 out: dict[str, Any], extra: dict[str, Any], walls: dict[str, float],
-                load: dict[str, Any], git: dict[str, Any]) -> dict:
+                load: dict[str, Any], git: dict[str, Any], sft: dict[str, Any]) -> dict:
     """Everything the document needs from one cell, JSON-able (``git``: the commit at the
-    cell's start, the code it ran)."""
+    cell's start, the code it ran; ``sft``: where its RL started, ``sft_start``)."""
     from meowjax.trainers import data
     evals = out["evals"]
     splits = {}
@@ -197,7 +222,8 @@ def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir:
         "knobs": dict(knobs), "config_arg": config_arg(knobs, seed, smoke),
         "config": json.loads(c.to_json_best_effort()),
         **git, "command": shlex.join(["python", "-m", "experiments.studies", *sys.argv[1:]]),
-        "machine": load, "wall_s": walls, "plan": out["plan"], "rl_iters": out["rl_iters"],
+        "machine": load, "wall_s": walls, "sft": sft, "plan": out["plan"],
+        "rl_iters": out["rl_iters"],
         "splits": splits, "curve": learning_curve(workdir, evals, out["rl_iters"]),
         "passkt": passkt,
         "diagnostics": {tag: evals.get(src, {}).get("diagnostics")
@@ -223,13 +249,16 @@ def run_cell(study: str, arm: str, knobs, seed: int, *, smoke: bool, workdir: st
     git = git_state()      # before training: the code this process runs
     load = {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}
     t0 = time.time()
+    sft = sft_start(c, workdir, folder, STUDIES[study].shared_sft)
+    t_sft = time.time()
     out = run.run(c, folder)
     t1 = time.time()
     extra = after_training(c, folder, out, STUDIES[study], smoke)
-    walls = {"train_and_eval": t1 - t0, "runner_eval": time.time() - t1,
-             "total": time.time() - t0}
+    walls = {"shared_sft": t_sft - t0, "train_and_eval": t1 - t_sft,
+             "runner_eval": time.time() - t1, "total": time.time() - t0}
     load["loadavg_end"] = list(os.getloadavg())
-    record = cell_record(study, arm, knobs, seed, smoke, c, folder, out, extra, walls, load, git)
+    record = cell_record(study, arm, knobs, seed, smoke, c, folder, out, extra, walls, load, git,
+                         sft)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(studies_report.jsonable(record), f, indent=1, allow_nan=False)

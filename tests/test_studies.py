@@ -169,3 +169,80 @@ def test_studies_learning_curve_reads_periodic_evaluations_once(tmp_path):
     assert curve["rollout_success"] == pytest.approx([0.1, 0.2, 0.35, 0.5])
     # (2 x 0.35 + 2 x 0.5) / 4
     assert ss.area_under_curve(curve["iteration"], curve["eval"]) == pytest.approx(0.425)
+
+
+def _ref_params(c, workdir, training=False):
+    """The params RL started from (the checkpoint's ``ref``) of the run in ``workdir``, restored
+    as an evaluation (or, ``training``, as the training run that resumes there)."""
+    import jax
+    from meowjax.trainers.registry import trainer_class
+    trainer = trainer_class(c.policy.interface)(c, workdir, training=training)
+    try:
+        _, ref, meta = trainer.restore_state()
+        return jax.device_get(ref), meta
+    finally:
+        trainer.ckpt.close()
+        if training:
+            trainer.writer.close()
+
+
+@pytest.mark.slow
+def test_studies_cells_of_a_seed_share_one_sft_run(tiny_games_dir, tmp_path, monkeypatch):
+    """Two smoke cells of seed 0 that differ in estimator: the SFT runs once (one folder under
+    _sft/, no SFT step in either cell's metrics), both start RL from its params (equal start
+    evaluations, equal reference params), which are those of the same cell run with its own
+    SFT; a config whose SFT differs fails on that start."""
+    import jax
+    from configs import study as study_config
+    from experiments import studies
+    from meowjax.trainers import shared_sft
+    arms = (("rloo", (("estimator", "rloo"),)), ("grpo", (("estimator", "grpo"),)))
+    monkeypatch.setitem(studies.STUDIES, "pair", studies.Study("pair", arms))
+    monkeypatch.setitem(studies.STUDIES, "own", studies.Study("own", arms[:1], shared_sft=False))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    paths = studies.run_study("pair", seeds=[0], smoke=True, workdir=str(runs),
+                              results_dir=str(results), games_dir=tiny_games_dir)
+    own = studies.run_study("own", seeds=[0], smoke=True, workdir=str(runs),
+                            results_dir=str(results), games_dir=tiny_games_dir)
+    assert len(paths) == 2 and len(own) == 1
+    assert json.load(open(own[0]))["sft"] == {"shared": False, "key": json.load(
+        open(paths[0]))["sft"]["key"], "folder": str(runs / "own" / "rloo-s0")}
+    recs = [json.load(open(p)) for p in paths]
+    keys = os.listdir(runs / studies.SFT_DIR)
+    assert len(keys) == 1 and [r["sft"]["key"] for r in recs] == keys * 2
+    assert recs[0]["sft"]["wall_s"] > 0 and recs[1]["sft"]["wall_s"] == 0     # run once
+    assert all(r["sft"]["shared"] and r["sft"]["folder"] == str(runs / "_sft" / keys[0])
+               for r in recs)
+    lines = lambda d: [json.loads(x) for x in open(d / "metrics.jsonl")]  # noqa: E731
+    sft_folder = runs / "_sft" / keys[0]
+    assert sum("sft/loss" in r for r in lines(sft_folder)) == recs[0]["sft"]["sft_steps"] > 0
+    for cell in ("rloo-s0", "grpo-s0"):
+        assert not any("sft/loss" in r for r in lines(runs / "pair" / cell))
+    starts = [next(s["start"] for s in r["splits"].values() if s["role"] == "id")
+              for r in recs + [json.load(open(own[0]))]]
+    assert starts[0] == starts[1] == starts[2]
+    ends = [next(s["end"] for s in r["splits"].values() if s["role"] == "id")
+            for r in (recs[0], json.load(open(own[0])))]
+    assert ends[0] == ends[1]     # rloo after RL: the shared start changes nothing
+    configs = [study_config.get_config(studies.config_arg(k, 0, True)) for _, k in arms]
+    for c in configs:
+        c.unlock()
+        c.games.cache_dir = tiny_games_dir
+        c.lock()
+    sft_state, _ = _ref_params(configs[0], str(sft_folder))
+    for c, (arm, _) in zip(configs, arms):
+        ref, meta = _ref_params(c, str(runs / "pair" / f"{arm}-s0"))
+        assert meta["sft_key"] == keys[0] and meta["phase"] == "done"
+        jax.tree.map(np.testing.assert_array_equal, ref, sft_state)
+    ref, meta = _ref_params(configs[0], str(runs / "own" / "rloo-s0"))
+    assert "sft_key" not in meta
+    jax.tree.map(np.testing.assert_array_equal, ref, sft_state)     # the same SFT result
+    # Another SFT (learning rate): seeding refuses, and a trainer resuming the seeded start fails.
+    other = configs[0].copy_and_resolve_references()
+    other.sft.lr = other.sft.lr * 2
+    rec = shared_sft.read_record(str(sft_folder))
+    with pytest.raises(ValueError, match="this config's SFT key is"):
+        shared_sft.seed_workdir(other, rec, str(tmp_path / "fresh"))
+    shared_sft.seed_workdir(configs[0], rec, str(tmp_path / "seeded"))
+    with pytest.raises(ValueError, match=r"starts from a shared SFT of key .*sft\.lr"):
+        _ref_params(other, str(tmp_path / "seeded"), training=True)

@@ -38,7 +38,7 @@ from meowjax.sharding import make_mesh
 from meowjax.runtime import (checkpoint, console, host_memory, metrics_log, multihost, placement,
                              preemption)
 from meowjax.runtime.preemption import Preempted
-from meowjax.trainers import data, dynamic_sampling, optim, returns, steps
+from meowjax.trainers import data, dynamic_sampling, optim, returns, shared_sft, steps
 from meowjax.trainers.evaluation import Evaluation
 
 SFT, RL, DONE = "sft", "rl", "done"
@@ -297,6 +297,8 @@ class AgentTrainer(Evaluation, abc.ABC):
         # A damaged newest checkpoint falls back to the one before (a warning names it); only
         # a training run moves the damaged one aside, so evaluating never renames a run's files.
         restored, meta = self.ckpt.restore_newest(target_for, set_aside=self.training)
+        if self.training:   # RL from a shared SFT: it must be this config's (evaluation may vary)
+            shared_sft.check_meta(self.c, meta, self.ckpt.directory)
         logging.info("Resumed from checkpoint: phase %s, sft_step %d, iteration %d",
                      meta["phase"], meta["sft_step"], meta["iteration"])
         return restored["state"], restored["ref"], meta
