@@ -2,8 +2,8 @@
 
 Each process is ``python -m experiments.train`` with ``--config.distributed.*`` pointing at a
 coordinator on 127.0.0.1 and its own ``--xla_force_host_platform_device_count`` CPU devices
-(gloo collectives between processes). Every process runs in its own session, and ``Launch``
-kills each session (the process and its env workers) when the block ends, however it ends.
+(gloo collectives between processes). Every process leads its own process group (setsid), and
+``Launch`` kills each group (the process and its env workers) when the block ends, however it ends.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Launch:
         self.kill()
 
     def kill(self, index: int | None = None, sig: int = signal.SIGKILL) -> None:
-        """Signals process ``index``'s session (all of them by default) if it still runs."""
+        """Signals process ``index``'s process group (all of them by default) if it still runs."""
         for i, p in enumerate(self.procs):
             if (index is None or i == index) and p.poll() is None:
                 try:
