@@ -246,3 +246,12 @@ def test_studies_cells_of_a_seed_share_one_sft_run(tiny_games_dir, tmp_path, mon
     shared_sft.seed_workdir(configs[0], rec, str(tmp_path / "seeded"))
     with pytest.raises(ValueError, match=r"starts from a shared SFT of key .*sft\.lr"):
         _ref_params(other, str(tmp_path / "seeded"), training=True)
+    # The record names the folder it was read from: a moved shared SFT (or one written from
+    # another working directory) still seeds.
+    moved = tmp_path / "moved_sft"
+    shutil.copytree(sft_folder, moved)
+    shutil.rmtree(sft_folder)
+    rec = shared_sft.read_record(str(moved))
+    assert rec["folder"] == str(moved)
+    assert shared_sft.seed_workdir(configs[0], rec, str(tmp_path / "seeded_from_moved"))
+    assert shared_sft.has_checkpoint(str(tmp_path / "seeded_from_moved"))

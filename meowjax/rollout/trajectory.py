@@ -99,3 +99,20 @@ def turn_logp_sums(sample_logp_L: np.ndarray, loss_mask_L: np.ndarray,
             out.append(acc)
             acc = 0.0
     return out
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """The ``rollout/*`` summary of a set of episodes: success and return per episode, turns
+    per episode, and the shares of invalid turns, overflowing episodes (a row cut at the length
+    budget) and episodes cut by a dead or hung env worker."""
+    if not trajs:
+        raise ValueError("rollout_metrics needs at least one episode.")
+    n_turns = sum(e.num_turns for e in trajs)
+    return {
+        "rollout/success": float(np.mean([e.won for e in trajs])),
+        "rollout/return": float(np.mean([e.total_reward for e in trajs])),
+        "rollout/episode_turns": n_turns / len(trajs),
+        "rollout/invalid_rate": sum(e.invalid_count for e in trajs) / max(1, n_turns),
+        "rollout/overflow_rate": float(np.mean([e.overflow for e in trajs])),
+        "rollout/env_failure_rate": float(np.mean([e.env_failure for e in trajs])),
+    }

@@ -72,6 +72,13 @@ def iteration_tasks(pool: list[Task], it: int, n: int, seed: int, order: str,
     return [pool[j] for j in perm[slot * n:(slot + 1) * n]]
 
 
+def budgets_for(c: ml_collections.ConfigDict, n: int, rng: np.random.Generator) -> list[int]:
+    """Per-episode turn budgets: BudgetMix draws each one from ``turns.budget_mix``."""
+    if len(c.turns.budget_mix):
+        return [int(b) for b in rng.choice(np.asarray(c.turns.budget_mix), size=n)]
+    return [int(c.turns.max_turns)] * n
+
+
 def task_renamer(c: ml_collections.ConfigDict, sets: dict[str, list[Task]]
                  ) -> Callable[[list[Task], np.random.Generator], list[Task]]:
     """tasks, rng -> the tasks, each with probability ``rollout.rename_prob`` shown with fresh

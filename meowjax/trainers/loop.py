@@ -12,6 +12,9 @@ records), and how trajectories become update rows laid out as the ``[E, X]`` mat
 estimators read (X = turns or tokens). The losses are ``meowjax.rl.objective``'s, built into
 jitted steps once, in ``meowjax.trainers.steps``.
 
+Building, placing, saving and restoring the state, and what a SIGTERM saves:
+``meowjax.trainers.train_state``.
+
 Host randomness is ``np.random.default_rng([seed, phase, index])`` and device randomness
 ``jax.random.fold_in(key(seed), index)``, so a resumed run replays exactly what an uninterrupted
 run does.
@@ -31,42 +34,21 @@ import numpy as np
 from absl import logging
 
 from meowjax.envs.pool import EnvPool
-from meowjax.models import value
 from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
 from meowjax.runtime import (checkpoint, console, host_memory, metrics_log, multihost, placement,
                              preemption)
 from meowjax.runtime.preemption import Preempted
-from meowjax.trainers import data, dynamic_sampling, optim, returns, shared_sft, steps
+from meowjax.trainers import data, dynamic_sampling, optim, returns, steps
 from meowjax.trainers.evaluation import Evaluation
+from meowjax.trainers.train_state import DONE, RL, SFT, TrainerState
 
-SFT, RL, DONE = "sft", "rl", "done"
-# rl.loss_norm: "iteration" = every update step divides by the same number (a full minibatch's
-# worth of units); "minibatch" = by its own count of units (rows), the usual token mean.
-LOSS_NORMS = ("iteration", "minibatch")
 SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, RENAME_RNG = 1, 2, 3, 7, 12  # EVAL_RNG = 9
 
 
 def host_rng(seed: int, *keys: int) -> np.random.Generator:
     return np.random.default_rng([seed, *keys])
-
-
-def budgets_for(c: ml_collections.ConfigDict, n: int, rng: np.random.Generator) -> list[int]:
-    """Per-episode turn budgets: BudgetMix draws each one from ``turns.budget_mix``."""
-    if len(c.turns.budget_mix):
-        return [int(b) for b in rng.choice(np.asarray(c.turns.budget_mix), size=n)]
-    return [int(c.turns.max_turns)] * n
-
-
-def iteration_loss_norm(mask_EX: np.ndarray, num_rows: int, minibatch_rows: int,
-                        agg: str) -> np.float32:
-    """The one denominator of every update step of an RL iteration (rl.loss_norm="iteration"):
-    a full minibatch's worth of units (tokens / turns) of an average row, or of rows for the
-    sequence means. With each step's own count instead, the small last minibatch of an epoch
-    (its shortest rows) weighed each of its rows up to ~30x a row of a full one."""
-    units_per_row = float(np.sum(mask_EX)) / num_rows if agg == "token_mean" else 1.0
-    return np.float32(minibatch_rows * units_per_row)
 
 
 @jax.jit
@@ -75,7 +57,7 @@ def _copy_tree(tree):
     return jax.tree.map(jnp.copy, tree)
 
 
-class AgentTrainer(Evaluation, abc.ABC):
+class AgentTrainer(Evaluation, TrainerState, abc.ABC):
     """Owns one run. Subclasses fill in the interface-specific hooks below."""
 
     interface: str = ""
@@ -102,8 +84,8 @@ class AgentTrainer(Evaluation, abc.ABC):
         self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
                                                section=c.rl.get(c.rl.estimator))
         self.objective = objective.ObjectiveConfig.from_section(c.rl)
-        if c.rl.loss_norm not in LOSS_NORMS:
-            raise ValueError(f"rl.loss_norm={c.rl.loss_norm!r}; choose one of {LOSS_NORMS}.")
+        if c.rl.loss_norm not in returns.LOSS_NORMS:
+            raise ValueError(f"rl.loss_norm={c.rl.loss_norm!r}; choose one of {returns.LOSS_NORMS}.")
         # Reference log-probs are computed only for a KL term (in the loss or in the rewards).
         self.needs_ref = self.objective.needs_ref
         self.plan = data.budget_plan(c) if training else {"sft_demos": 0, "rl_episodes": 0}
@@ -243,74 +225,6 @@ class AgentTrainer(Evaluation, abc.ABC):
         (benchmarks/padding.py)."""
         return buckets.row_multiple(num, self.c.rl.minibatch_rows, 2 * self.min_rows)
 
-    # ----- state (placed on the mesh with self.shardings[phase].state) ----------------------
-    def _new_state(self, params, rl: bool):
-        vparams, vopt = {}, {}
-        if rl and self.spec.needs_critic:
-            # The critic starts from the policy's trunk (as after SFT) with a fresh head.
-            vparams = value.init_value_params(self.cfg, jax.random.key(self.c.seed + 1), params)
-            vopt = self.critic_opt.init(vparams)
-        opt = self.rl_opt if rl else self.sft_opt
-        return optim.TrainState(step=jnp.int32(0), params=params, opt_state=opt.init(params),
-                                value_params=vparams, value_opt_state=vopt)
-
-    def _abstract_state(self, rl: bool):
-        return jax.eval_shape(lambda: self._new_state(self.init_params(jax.random.key(0)), rl))
-
-    def _placed_state(self, params, rl: bool):
-        """A fresh TrainState on its shardings, built by one compiled program (eagerly, every
-        optimizer moment of a new shape was its own small compile)."""
-        phase = RL if rl else SFT
-
-        def new_state(p):
-            return self._new_state(p, rl)
-
-        new_state.__name__ = f"new_{phase}_state"   # its name in compile logs and counts
-        return jax.jit(new_state, out_shardings=self.shardings[phase].state)(params)
-
-    def _sft_state(self):
-        params = self.place.params(multihost.host_params(
-            self.init_params(jax.random.key(self.c.seed))))
-        return self._placed_state(params, False)
-
-    def _rl_state(self, params):
-        return self._placed_state(params, True)
-
-    def _save(self, state, ref, meta):
-        meta["ckpt_index"] += 1
-        self.ckpt.save(int(meta["ckpt_index"]), {"state": state, "ref": ref}, meta)
-
-    def restore_state(self):
-        """(state, ref, meta) from the newest checkpoint that loads (restored onto the mesh
-        shardings), or a fresh start."""
-        meta = {"phase": SFT, "sft_step": 0, "iteration": 0, "ckpt_index": 0, "evals": {}}
-        if self.ckpt.latest_step() is None:
-            state = self._sft_state()
-            return state, state.params, meta
-
-        def target_for(meta):
-            phase = SFT if meta["phase"] == SFT else RL
-            target = placement.with_shardings(self._abstract_state(phase == RL),
-                                              self.shardings[phase].state)
-            return {"state": target, "ref": target.params}
-
-        # A damaged newest checkpoint falls back to the one before (a warning names it); only
-        # a training run moves the damaged one aside, so evaluating never renames a run's files.
-        restored, meta = self.ckpt.restore_newest(target_for, set_aside=self.training)
-        if self.training:   # RL from a shared SFT: it must be this config's (evaluation may vary)
-            shared_sft.check_meta(self.c, meta, self.ckpt.directory)
-        logging.info("Resumed from checkpoint: phase %s, sft_step %d, iteration %d",
-                     meta["phase"], meta["sft_step"], meta["iteration"])
-        return restored["state"], restored["ref"], meta
-
-    def restore_policy(self) -> tuple[Any, dict[str, Any]]:
-        """(policy params, meta) of the latest checkpoint under the workdir, for evaluation."""
-        if self.ckpt.latest_step() is None:
-            raise FileNotFoundError(f"No checkpoint under {self.ckpt.directory}; train first "
-                                    "(experiments/train.py) or evaluate an imported model.")
-        state, _, meta = self.restore_state()
-        return state.params, meta
-
     # ----- pieces of the schedule ------------------------------------------------------------
     def _sft(self, state, meta):
         c = self.c
@@ -339,9 +253,12 @@ class AgentTrainer(Evaluation, abc.ABC):
                     loss = float(m["sft/loss"])
                     shown = {"loss": loss}
                 bar.update(1, **shown)
-        if self.sft_steps:
+        if self.sft_steps and bar.n > bar.initial:
             console.info("SFT: %d/%d steps, loss %.4g, in %.1f s", meta["sft_step"],
                          self.sft_steps, loss, bar.elapsed())
+        elif self.sft_steps:   # resumed (or seeded from a shared SFT) with every step done
+            console.info("SFT: %d/%d steps done before this start", meta["sft_step"],
+                         self.sft_steps)
         else:
             console.info("SFT: none (no expert demonstrations in the plan)")
         return state
@@ -378,7 +295,7 @@ class AgentTrainer(Evaluation, abc.ABC):
                                          c.seed, c.rollout.task_order if draw == 0 else "sample",
                                          rng)
             tasks = self.rename(tasks, rename_rng)
-            budgets = budgets_for(c, len(tasks) * c.rollout.group_size, rng)
+            budgets = data.budgets_for(c, len(tasks) * c.rollout.group_size, rng)
             key = jax.random.fold_in(jax.random.key(c.seed), it)
             trajs = self.play_share(state.params, pool, tasks, group_size=c.rollout.group_size,
                                     budgets=budgets, rng=rng, greedy=False,
@@ -415,7 +332,7 @@ class AgentTrainer(Evaluation, abc.ABC):
             whiten=c.rl.whiten_advantages))
         self.attach(eps, rows, adv, ret)
         if c.rl.loss_norm == "iteration":
-            norm = iteration_loss_norm(mask, len(rows), c.rl.minibatch_rows, c.rl.agg)
+            norm = returns.iteration_loss_norm(mask, len(rows), c.rl.minibatch_rows, c.rl.agg)
             for row in rows:
                 row["loss_norm"] = norm
         t1 = time.time()
@@ -437,15 +354,8 @@ class AgentTrainer(Evaluation, abc.ABC):
         mismatch = acc.pop("pg/logp_mismatch_max")
         metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
         # Rollout figures are the iteration's own tasks (draw 0), whatever dynamic sampling kept.
-        n_turns = sum(e.num_turns for e in first)
+        metrics.update(trajectory.rollout_metrics(first))
         metrics.update({
-            "rollout/success": float(np.mean([e.won for e in first])),
-            "rollout/return": float(np.mean([e.total_reward for e in first])),
-            "rollout/episode_turns": n_turns / len(first),
-            "rollout/invalid_rate": sum(e.invalid_count for e in first) / max(1, n_turns),
-            "rollout/overflow_rate": float(np.mean([e.overflow for e in first])),
-            # episodes cut by a dead or hung env worker (EnvPool logs each failure)
-            "rollout/env_failure_rate": float(np.mean([e.env_failure for e in first])),
             "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             # real tokens / slots over all the iteration's update batches
@@ -482,37 +392,6 @@ class AgentTrainer(Evaluation, abc.ABC):
                 pool.close()
             self.ckpt.close()
             self.writer.close()
-
-    @property
-    def preempted(self) -> bool:
-        """A SIGTERM arrived (set by the handler; tests set it to stop at a chosen point). With
-        several processes: on any of them (a collective: every process asks at the same points,
-        so all save and stop at the same step)."""
-        if multihost.any_process(preemption.requested()):
-            preemption.request()
-            return True
-        return False
-
-    @preempted.setter
-    def preempted(self, value: bool) -> None:
-        if value:
-            preemption.request()
-
-    def _mark(self, state, ref, meta, *, saved: bool = False) -> None:
-        """Records the last consistent (state, ref, meta): what a SIGTERM saves. Its buffers
-        stay valid until the next update step donates them, and every update step runs in a
-        deferred section that ends with a new mark."""
-        self._resume = (state, ref, dict(meta, evals=dict(meta["evals"])), saved)
-
-    def _save_resume_point(self) -> None:
-        if self._resume is None:   # stopped while restoring: the checkpoints are as they were
-            return
-        state, ref, meta, saved = self._resume
-        if not saved:
-            self._save(state, ref, meta)
-            self._resume = (state, ref, meta, True)
-        console.info("SIGTERM: state saved (phase %s, SFT step %d, RL iteration %d)",
-                     meta["phase"], meta["sft_step"], meta["iteration"])
 
     def _schedule(self, state, ref, meta, pool) -> dict[str, Any]:
         c = self.c

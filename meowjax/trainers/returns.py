@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# rl.loss_norm: "iteration" = every update step divides by the same number (a full minibatch's
+# worth of units); "minibatch" = by its own count of units (rows), the usual token mean.
+LOSS_NORMS = ("iteration", "minibatch")
+
 
 def with_turn_cost(rewards_EX: np.ndarray, mask_EX: np.ndarray, turn_end_EX: np.ndarray,
                    cost: float) -> np.ndarray:
@@ -38,3 +42,13 @@ def truncation_bootstrap(values_EX: np.ndarray, mask_EX: np.ndarray,
     last_E = mask_EX.shape[1] - 1 - np.argmax(mask_EX[:, ::-1], axis=1)
     v_E = values_EX[np.arange(len(values_EX)), last_E]
     return np.where(np.asarray(truncated_E, bool) & has, v_E, 0.0).astype(np.float32)
+
+
+def iteration_loss_norm(mask_EX: np.ndarray, num_rows: int, minibatch_rows: int,
+                        agg: str) -> np.float32:
+    """The one denominator of every update step of an RL iteration (rl.loss_norm="iteration"):
+    a full minibatch's worth of units (tokens / turns) of an average row, or of rows for the
+    sequence means. With each step's own count instead, the small last minibatch of an epoch
+    (its shortest rows) weighed each of its rows up to ~30x a row of a full one."""
+    units_per_row = float(np.sum(mask_EX)) / num_rows if agg == "token_mean" else 1.0
+    return np.float32(minibatch_rows * units_per_row)
