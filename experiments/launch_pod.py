@@ -40,31 +40,19 @@ from meowjax import sharding
 from meowjax.eval import stats
 from meowjax.models import lm
 from meowjax.models.config import get_preset
+from meowjax.rollout import buckets as rollout_buckets
 from meowjax.runtime import multihost
 
 MODES = ("check", "eval", "train")
 
 
 # -- pure pieces (tested) -------------------------------------------------------------------------
-def choose_bucket(length: int, buckets: Sequence[int]) -> int:
-    """The smallest bucket >= ``length``.
-
-    Raises:
-      ValueError: if ``length`` exceeds the largest bucket (never truncate silently).
-    """
-    fits = [b for b in sorted(buckets) if b >= length]
-    if not fits:
-        raise ValueError(f"length {length} exceeds the largest bucket {max(buckets)}; add a larger "
-                         "rollout.length_buckets entry.")
-    return int(fits[0])
-
-
 def agree_on_bucket(local_length: int, buckets: Sequence[int]) -> int:
     """The bucket every host uses: the max over hosts of each host's own choice.
 
         L = max_h choose_bucket(length_h)      (process_allgather; a no-op gather on one host)
     """
-    local = choose_bucket(local_length, buckets)
+    local = rollout_buckets.choose_bucket(local_length, buckets)
     chosen = multihost_utils.process_allgather(np.asarray([local], np.int32))
     return int(np.max(chosen))
 

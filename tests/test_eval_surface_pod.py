@@ -14,12 +14,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_bucket_errors():
-    with pytest.raises(ValueError, match="exceeds the largest bucket 512"):
-        launch_pod.choose_bucket(513, (256, 512))
+    with pytest.raises(ValueError, match="does not fit the largest bucket 512"):
+        launch_pod.agree_on_bucket(513, (256, 512))
 
 
 def test_bucket_agreement_is_the_max_over_hosts(monkeypatch):
-    assert launch_pod.choose_bucket(300, (512, 256, 1024)) == 512
     assert launch_pod.agree_on_bucket(300, (256, 512, 1024)) == 512      # one real process
     # Four hosts whose own rows need 100, 700, 300 and 256 tokens: all must use 1024.
     others = np.asarray([[256], [1024], [512], [256]], np.int32)

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from typing import Any, Iterator
 
 import jax
@@ -156,7 +157,6 @@ def stop_all_on_peer_failure(workdir: str) -> Iterator[None]:
     except Exception as e:  # noqa: BLE001 (every failure ends the whole run the same way)
         if not multihost.is_multiprocess():
             raise
-        import traceback
         traceback.print_exc()
         print(f"[{multihost.process_tag()}] stopping: {type(e).__name__}: {str(e)[:500]}\n"
               "If another process of this run died, that is the cause: see its log. Rerun the "
