@@ -150,7 +150,7 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     assert studies.run_cell("smoke", arm, knobs, 0, **kw) is None          # done: skipped
 
 
-def test_studies_learning_curve_reads_periodic_evaluations_once(tmp_path):
+def test_studies_held_out_curve_reads_periodic_evaluations_once(tmp_path):
     """SFT steps 1-3, RL iterations 1-4 at steps 4-7, periodic evaluations after iterations 2
     and 4 (the last one repeats the final evaluation: left out); iteration 3 written twice, as a
     resumed run does (the later record counts)."""
