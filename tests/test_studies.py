@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from meowjax.eval import stats, studies_report
+from meowjax.eval import stats, study_cells, studies_report
 from meowjax.eval import study_stats as ss
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "studies")
@@ -37,6 +37,12 @@ def test_studies_verdict_rule_and_curve_area():
     assert ss.area_under_curve([0, 4, 8, 10], [0.5, 0.5, 0.75, 0.75]) == pytest.approx(0.6)
     assert ss.area_under_curve([0], [0.3]) == 0.3
     assert ss.area_under_curve([0, 5, 10], [0.2, None, 0.4]) == pytest.approx(0.3)
+
+
+def test_studies_seed_means_average_each_seeds_cells_first():
+    recs = [{"seed": 0, "v": 0.2}, {"seed": 0, "v": 0.4}, {"seed": 1, "v": 0.9},
+            {"seed": 2, "v": None}, {"seed": 1, "v": 0.5}]
+    assert study_cells.seed_means(recs, lambda r: r["v"]) == pytest.approx([0.3, 0.7])
 
 
 def test_studies_pooled_paired_concatenates_the_seeds_games():
@@ -82,9 +88,12 @@ def test_studies_report_from_fixture_cells(tmp_path):
     half = T_975_1 * 0.025
     assert row(md, "gae / sparse")[0] == "2/3"
     assert f"+0.025 [{-half + 0.025:.3f}, {half + 0.025:.3f}]" in md
-    # Q5: gae's gain on w4-o6-q8 pooled over its cells' games: 1 game gained of 8.
-    g, lo, hi = stats.paired_difference_interval([0] * 8, [1] + [0] * 7)
-    assert f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=8)" in row(md, "gae")
+    # Q5: gae's gain on w4-o6-q8 per game, averaged over the two cells that played it: one
+    # game gained in one of its two cells (0.5), three never moved -> mean 0.125 over 4 games.
+    cells = study_cells.load_cells(str(results))["algos"]["gae / sparse"]
+    assert sorted(study_cells.game_mean_gains(list(cells.values()), "harder")) == [0, 0, 0, 0.5]
+    g, lo, hi, n = ss.paired_mean_interval([0.5, 0, 0, 0])
+    assert f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=4)" in row(md, "gae") and g == 0.125
     for name in ("q1_curves_sparse.png", "q4_recovery_bars.png"):
         assert (results / "plots" / name).exists(), name
     assert "](results/plots/q1_curves_sparse.png)" in md

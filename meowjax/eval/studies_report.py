@@ -22,9 +22,9 @@ import numpy as np
 
 from meowjax.eval import plots, report
 from meowjax.eval import study_stats as ss
-from meowjax.eval.study_cells import (Cells, auc, complete, diag_change, grid, grid_mean,
-                                      grid_value, load_cells, paired_arms, rl_gain_pairs,
-                                      seed_diffs, split_of, success, task_diffs)
+from meowjax.eval.study_cells import (Cells, auc, complete, diag_change, game_mean_gains, grid,
+                                      grid_mean, grid_value, load_cells, paired_arms, seed_diffs,
+                                      seed_means, split_of, success, task_diffs)
 Expected = Mapping[str, Sequence[tuple[str, Sequence[int]]]]
 RULE = ("A finding's verdict: **matches** when every interval of the difference (over seeds; "
         "and over paired games where the same games are compared) lies entirely on the paper's "
@@ -290,7 +290,8 @@ def section_q4(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
     d.add("## Q4. Where RL's gain sits (from the `algos` cells)\n\nPer-turn diagnostics of the "
           "sampled held-out episodes (2 per game at the training temperature, T = 12) of the "
           "starting policy and after RL: the change (after − before), mean over seeds with "
-          "Student's t 95% interval; the last row pools every algos cell (unit: a cell).")
+          "Student's t 95% interval; the last row pools every algos cell, averaged per seed "
+          "first (unit: a seed; the cells of one seed share their SFT policy).")
     rows, all_recs = [], []
     for arm, seeds in expected:
         recs = [cells.get(arm, {})[s] for s in seeds if s in cells.get(arm, {})]
@@ -298,25 +299,29 @@ def section_q4(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
         rows.append([arm, seeds_text(cells.get(arm, {}), seeds)]
                     + [fmt_ci(*ss.seed_interval([v for r in recs if (v := diag_change(r, k)) is not None]), True)
                        for k, _ in DIAGNOSTICS])
-    rows.append(["all algos cells", str(len(all_recs))]
-                + [fmt_ci(*ss.seed_interval([v for r in all_recs if (v := diag_change(r, k)) is not None]), True)
-                   for k, _ in DIAGNOSTICS])
+    n_seeds = len({r["seed"] for r in all_recs})
+    rows.append([f"all algos cells ({len(all_recs)}), per seed", str(n_seeds)]
+                + [fmt_ci(*ss.seed_interval(seed_means(all_recs, lambda r, k=k: diag_change(r, k))),
+                          True) for k, _ in DIAGNOSTICS])
     d.table(["estimator / reward", "seeds"] + [f"Δ {label}" for _, label in DIAGNOSTICS], rows)
-    diffs = [a - b for r in all_recs if (a := diag_change(r, "recovery_no_progress")) is not None
-             and (b := diag_change(r, "first_action_progress")) is not None]
+
+    def recovery_minus_first(r):
+        a, b = diag_change(r, "recovery_no_progress"), diag_change(r, "first_action_progress")
+        return None if a is None or b is None else a - b
     seeds = list(expected[0][1]) if expected else []
-    d.add("Findings (unit: an algos cell):")
+    d.add("Findings (unit: a seed, the mean over its algos cells):")
     d.table(FINDINGS_HEADER, [finding("Δ won after a useless action − Δ first action makes progress",
-                                      "RL's gain is in recovery more than in single steps", 1, diffs,
-                                      None, complete(cells, [a for a, _ in expected], seeds), "cells")])
+                                      "RL's gain is in recovery more than in single steps", 1,
+                                      seed_means(all_recs, recovery_minus_first), None,
+                                      complete(cells, [a for a, _ in expected], seeds))])
     series = {}
     for tag in ("start", "end"):
-        at = [r["diagnostics"][tag] for r in all_recs if (r.get("diagnostics") or {}).get(tag)]
-        vals = [ss.seed_interval([x[k] for x in at if x.get(k) is not None])
+        vals = [ss.seed_interval(seed_means(all_recs, lambda r, k=k, tag=tag: (
+                    (r.get("diagnostics") or {}).get(tag) or {}).get(k)))
                 for k, _ in DIAGNOSTICS]
         series["after SFT" if tag == "start" else "after RL"] = tuple(np.asarray(vals).T.tolist())
     if all_recs:
-        title = "Per-turn diagnostics, all algos cells (mean, 95% t interval over cells)"
+        title = "Per-turn diagnostics, all algos cells (mean over seeds of the seed means, 95% t)"
         d.image(title, plots.plot_grouped_bars(d.plot_dir / "q4_recovery_bars.png",
                                                [label for _, label in DIAGNOSTICS], series, "rate", title))
     d.add(prose_block("q4", d.kept))
@@ -325,8 +330,10 @@ def section_q4(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
 def section_q5(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]]]) -> None:
     d.add("## Q5. Difficulty transfer (from the `algos` cells)\n\nTrained on w2-o3-q4; RL's "
           "gain (after RL − after SFT, greedy) on held-out test games of the training difficulty "
-          "and two harder ones, per estimator, the three rewards pooled: mean over cells with "
-          "Student's t 95% interval, and paired per game over every cell's games.")
+          "and two harder ones, per estimator, the three rewards pooled: the mean over seeds of "
+          "each seed's mean over its cells with Student's t 95% interval (unit: a seed), and per "
+          "game (each game's gain averaged over the cells that played it; percentile bootstrap "
+          "over games).")
     estimators = list(dict.fromkeys(a.split(" / ")[0] for a, _ in expected))
     roles = ("id", "hard", "harder")
     names = {}
@@ -342,20 +349,22 @@ def section_q5(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
         recs = [r for a in arms for r in cells.get(a, {}).values()]
         row = [e, f"{len(recs)}/{len(arms) * len(seeds)}"]
         for role in roles:
-            gains = [b - a for r in recs if (a := success(r, role, "start")) is not None
-                     and (b := success(r, role)) is not None]
-            g, lo, hi, n = rl_gain_pairs(recs, role)
-            row += [mean_ci_cell([success(r, role) for r in recs]),
+            def gain(r, role=role):
+                a, b = success(r, role, "start"), success(r, role)
+                return None if a is None or b is None else b - a
+            gains = seed_means(recs, gain)
+            g, lo, hi, n = ss.paired_mean_interval(game_mean_gains(recs, role))
+            row += [mean_ci_cell(seed_means(recs, lambda r, role=role: success(r, role))),
                     fmt_ci(*ss.seed_interval(gains), True), fmt_ci(g, lo, hi, True) + (f" (n={n})" if n else "")]
             if role != "id":
                 f_rows.append(finding(f"{e}: RL gain on {names.get(role, role)}", "RL on easier games "
                                       "transfers to harder ones", 1, gains, (g, lo, hi, n),
-                                      complete(cells, arms, seeds), "cells"))
+                                      complete(cells, arms, seeds)))
         rows.append(row)
     header = ["estimator", "cells"]
     for role in roles:
         n = names.get(role, role)
-        header += [f"{n} after RL", f"{n} gain (cells)", f"{n} gain (paired games)"]
+        header += [f"{n} after RL", f"{n} gain (seeds)", f"{n} gain (games)"]
     d.table(header, rows)
     d.add("Findings:")
     d.table(FINDINGS_HEADER, f_rows)

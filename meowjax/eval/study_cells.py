@@ -93,12 +93,6 @@ def paired_arms(cells: Cells, a: str, b: str, role: str = "id") -> tuple:
     return ss.pooled_paired(groups)
 
 
-def rl_gain_pairs(recs: Sequence[dict[str, Any]], role: str) -> tuple:
-    """end − start on the same games, pooled over the given cells."""
-    groups = [p for r in recs if (p := pairs(outcomes(r, role, "start"), outcomes(r, role, "end")))]
-    return ss.pooled_paired(groups)
-
-
 def grid_mean(recs: Sequence[dict], mode: str, tag: str) -> tuple[dict, np.ndarray] | None:
     gs = [g for r in recs if (g := grid(r, mode, tag))]
     if not gs:
@@ -123,3 +117,27 @@ def diag_change(rec: dict[str, Any], key: str) -> float | None:
     d = rec.get("diagnostics") or {}
     a, b = (d.get("start") or {}).get(key), (d.get("end") or {}).get(key)
     return None if a is None or b is None else b - a
+
+
+def seed_means(recs: Sequence[dict[str, Any]], fn: Callable[[dict], float | None]) -> list[float]:
+    """The mean of fn over each seed's cells, one value per seed (cells of one seed share an SFT
+    policy and its test games, so a seed, not a cell, is the unit of run-to-run noise)."""
+    by_seed: dict[int, list[float]] = {}
+    for r in recs:
+        v = fn(r)
+        if v is not None and v == v:
+            by_seed.setdefault(int(r["seed"]), []).append(float(v))
+    return [float(np.mean(v)) for _, v in sorted(by_seed.items())]
+
+
+def game_mean_gains(recs: Sequence[dict[str, Any]], role: str) -> list[float]:
+    """Per held-out game, end − start (1, 0 or −1) averaged over the cells that played it: the
+    units of a game-to-game interval (``ss.paired_mean_interval``) that counts each game once,
+    however many cells and seeds played it."""
+    by_game: dict[str, list[float]] = {}
+    for r in recs:
+        a, b = outcomes(r, role, "start"), outcomes(r, role, "end")
+        for g in sorted(set(a or {}) & set(b or {})):
+            by_game.setdefault(g, []).append(float(b[g]) - float(a[g]))
+    return [float(np.mean(v)) for _, v in sorted(by_game.items())]
+
