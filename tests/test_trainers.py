@@ -177,6 +177,16 @@ def test_kill_and_resume_equals_uninterrupted(tiny_games_dir, tmp_path):
     assert full["evals"]["final"]["eval"] == resumed["evals"]["final"]["eval"]
 
 
+def test_configs_switch_args_load_and_fit_their_budgets():
+    """configs/smollm2_textworld.py's switches (each alone) build configs whose budgets fit
+    their games, with the demonstrations and RL episodes their comments give."""
+    from configs import smollm2_textworld
+    plans = {a: data.budget_plan(smollm2_textworld.get_config(f"{a}=True"))
+             for a in ("full", "gpu", "long_sft")}
+    assert plans["long_sft"] == {"sft_demos": 96, "rl_episodes": 8}
+    assert plans["gpu"] == {"sft_demos": 64, "rl_episodes": 320}
+
+
 def test_configs_load_and_reject_unknown_keys():
     import glob
     import importlib.util
