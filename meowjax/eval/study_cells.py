@@ -140,4 +140,3 @@ def game_mean_gains(recs: Sequence[dict[str, Any]], role: str) -> list[float]:
         for g in sorted(set(a or {}) & set(b or {})):
             by_game.setdefault(g, []).append(float(b[g]) - float(a[g]))
     return [float(np.mean(v)) for _, v in sorted(by_game.items())]
-
