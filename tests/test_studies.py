@@ -80,6 +80,13 @@ def test_studies_report_from_fixture_cells(tmp_path):
     g, lo, hi = stats.paired_difference_interval([1, 0, 0, 0], [1, 1, 1, 0])
     assert row(md, "sft 0.25")[-1] == f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=4)" and g == 0.5
     assert row(md, "sft 0.5")[0] == "not run yet"
+    # SFT then RL (share 0.75) vs SFT alone (share 1), per difficulty: id won [1,1,1,1] vs
+    # [1,1,1,0] (+0.25), harder [1,1,0,0] vs [0,0,0,0] (+0.5); one seed of three: not run yet.
+    for label, a, b, gain in (("success", [1, 1, 1, 1], [1, 1, 1, 0], 0.25),
+                              ("success (harder)", [1, 1, 0, 0], [0, 0, 0, 0], 0.5)):
+        g, lo, hi = stats.paired_difference_interval(b, a)
+        assert row(md, f"{label}: sft 0.75 − sft 1")[-2:] == [
+            f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=4)", "not run yet"] and g == gain
     # Q3: the fixed arm's grid start -> end (mean of the two tasks), and its heatmaps.
     assert row(md, "K=1")[:2] == ["0.250 → 0.500", "0.500 → 1.000"]
     assert (results / "plots" / "q3_fixed_T_12_unstated_gain.png").exists()
