@@ -15,8 +15,7 @@ _CALLS, _WARMUP = 40, 10
 
 # Each cycle: a jitted program writes a fresh 64 MiB output, which is then freed; prints the
 # minor faults of each of argv[1] cycles under each setting named after it ("default", "keep",
-# "restore"),
-# in order. As in the entry points, a first "keep" comes before the first computation.
+# "release", "restore"), in order. As in the entry points, a first "keep" comes before the first computation.
 _PROBE = """
 import json, sys
 from meowjax.runtime import host_memory
