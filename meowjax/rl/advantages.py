@@ -280,6 +280,23 @@ def rloo_advantages(
     return jnp.where(valid_B & (count_B > 1), adv_B, 0)
 
 
+def baseline_advantages(
+    returns_B: chex.Array, baseline_B: chex.Array, row_weight_B: chex.Array
+) -> chex.Array:
+    """Episode advantages against a given per-row baseline (ReMax: the return of the task's
+    greedy episode):
+
+        A_i = R_i - b_i
+
+    on the valid rows (`row_weight > 0`), 0 on padded rows.
+    """
+    chex.assert_rank([returns_B, baseline_B, row_weight_B], 1)
+    chex.assert_equal_shape([returns_B, baseline_B, row_weight_B])
+    dtype = _compute_dtype(returns_B)
+    adv_B = returns_B.astype(dtype) - baseline_B.astype(dtype)
+    return jnp.where(row_weight_B > 0, adv_B, 0)
+
+
 def broadcast_episode_advantage(adv_B: chex.Array, mask_BL: chex.Array) -> chex.Array:
     """`A_bt = A_b` on agent tokens (`mask > 0`), 0 elsewhere."""
     chex.assert_rank([adv_B, mask_BL], [1, 2])

@@ -39,7 +39,9 @@ class EstimatorInputs(NamedTuple):
     (`turn_end == 1`) the hash of the observation that turn acted in; ignored elsewhere.
     `bootstrap_B`: the value after a row's last agent token (0 where the episode ended, the
     critic's estimate where a turn budget cut it); read by the critic estimators, optional
-    (None = zeros) so that a tuple built without it keeps working."""
+    (None = zeros) so that a tuple built without it keeps working. `baseline_B`: a given
+    baseline return per row (ReMax: the return of its task's greedy episode, played by the
+    trainer when an estimator needs it); optional in the same way."""
 
     rewards_BL: chex.Array
     mask_BL: chex.Array
@@ -49,6 +51,7 @@ class EstimatorInputs(NamedTuple):
     group_ids_B: chex.Array
     state_key_BL: chex.Array
     bootstrap_B: chex.Array | None = None
+    baseline_B: chex.Array | None = None
 
 
 _INT_FIELDS: Final[frozenset[str]] = frozenset({"group_ids_B", "state_key_BL"})
@@ -239,6 +242,11 @@ def _rloo(x: EstimatorInputs, hp: Mapping[str, Any]):
         r_B, x.group_ids_B, x.row_weight_B))
 
 
+def _remax(x: EstimatorInputs, hp: Mapping[str, Any]):
+    return _episode(x, hp, lambda r_B: advantages.baseline_advantages(
+        r_B, x.baseline_B, x.row_weight_B))
+
+
 def _gigpo(x: EstimatorInputs, hp: Mapping[str, Any]):
     return gigpo.gigpo_advantages(
         x.rewards_BL, x.mask_BL, x.turn_end_BL, x.state_key_BL, x.group_ids_B, x.row_weight_B,
@@ -257,6 +265,10 @@ for _spec in (
                   defaults={"use_std": True}),
     EstimatorSpec(name="rloo", fn=_rloo, needs=("group_ids_B", "turn_end_BL"), level="episode",
                   description="leave-one-out group baseline on episode returns"),
+    EstimatorSpec(name="remax", fn=_remax, needs=("turn_end_BL", "baseline_B"),
+                  level="episode",
+                  description="ReMax: episode return minus the return of the task's greedy "
+                              "episode (the trainer plays one per task)"),
     EstimatorSpec(name="gigpo", fn=_gigpo, needs=("group_ids_B", "turn_end_BL", "state_key_BL"),
                   level="turn", defaults={"step_weight": 1.0, "use_std": True},
                   description="GiGPO: GRPO episode advantage + step groups of turns acting in "

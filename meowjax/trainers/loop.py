@@ -40,7 +40,7 @@ from meowjax.sharding import make_mesh
 from meowjax.runtime import (checkpoint, console, host_memory, metrics_log, multihost, placement,
                              preemption)
 from meowjax.runtime.preemption import Preempted
-from meowjax.trainers import data, dynamic_sampling, optim, returns, steps
+from meowjax.trainers import data, dynamic_sampling, greedy_baseline, optim, returns, steps
 from meowjax.trainers.evaluation import Evaluation
 from meowjax.trainers.train_state import DONE, RL, SFT, TrainerState
 
@@ -84,6 +84,13 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
                                                section=c.rl.get(c.rl.estimator))
         self.objective = objective.ObjectiveConfig.from_section(c.rl)
+        # An estimator reading `baseline_B` (remax) gets each task's greedy return.
+        self.needs_greedy = "baseline_B" in self.spec.needs
+        if self.needs_greedy and c.rollout.dynamic_draws:
+            raise ValueError(f"rl.estimator={c.rl.estimator!r} compares each episode with its "
+                             "task's greedy episode; rollout.dynamic_draws (which keeps groups "
+                             "whose own returns differ) does not apply to it: set "
+                             "rollout.dynamic_draws=0.")
         if c.rl.loss_norm not in returns.LOSS_NORMS:
             raise ValueError(f"rl.loss_norm={c.rl.loss_norm!r}; choose one of {returns.LOSS_NORMS}.")
         # Reference log-probs are computed only for a KL term (in the loss or in the rewards).
@@ -288,6 +295,7 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         rng = host_rng(c.seed, COLLECT_RNG, it)
         rename_rng = host_rng(c.seed, RENAME_RNG, it)
         played: list[int] = []   # turns of every draw (throughput)
+        greedy: list = []        # the greedy episodes of the iteration's tasks (remax)
 
         def play_draw(draw: int):
             """Draw 0: the iteration's tasks; later draws (dynamic sampling): random pool tasks."""
@@ -302,6 +310,12 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                                     key=key if draw == 0 else jax.random.fold_in(key, draw),
                                     temperature=c.policy.temperature)
             played.append(sum(e.num_turns for e in trajs))
+            if draw == 0 and self.needs_greedy:
+                greedy.extend(self.play_share(
+                    state.params, pool, tasks, group_size=1, rng=rng, greedy=True, key=key,
+                    budgets=greedy_baseline.group_budgets(budgets, c.rollout.group_size),
+                    temperature=c.policy.temperature))
+                played.append(sum(e.num_turns for e in greedy))
             return trajs
 
         with preemption.interruptible():   # the state is unchanged until the update
@@ -326,7 +340,10 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         inputs = estimators.make_inputs(
             np.asarray(rewards), np.asarray(mask), np.ones((len(eps),), np.float32),
             values_BL=values, turn_end_BL=np.asarray(turn_end), state_key_BL=np.asarray(keys),
-            group_ids_B=np.asarray([e.group_id for e in eps], np.int32), bootstrap_B=bootstrap)
+            group_ids_B=np.asarray([e.group_id for e in eps], np.int32), bootstrap_B=bootstrap,
+            baseline_B=(greedy_baseline.baseline_returns(greedy, eps, gamma=c.rl.gamma,
+                                                         turn_cost=c.rl.turn_cost)
+                        if self.needs_greedy else None))
         adv, ret = jax.device_get(steps.advantages(
             inputs, logp, ref_logp, name=self.spec.name, hp=self.hp, fold_kl=fold_kl,
             whiten=c.rl.whiten_advantages))
@@ -361,6 +378,7 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             # real tokens / slots over all the iteration's update batches
             "perf/padding_efficiency": float(sum(eff) / slots),
             "perf/turns_per_s": sum(played) / max(t_roll, 1e-9), **fill_stats,
+            **(greedy_baseline.greedy_metrics(greedy) if self.needs_greedy else {}),
             **host_memory.memory_metrics()})
         return state, metrics
 

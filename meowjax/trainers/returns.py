@@ -32,6 +32,15 @@ def with_turn_cost(rewards_EX: np.ndarray, mask_EX: np.ndarray, turn_end_EX: np.
     return np.asarray(rewards_EX, np.float32) - np.float32(cost) * ends.astype(np.float32)
 
 
+def trajectory_return(turn_rewards: "list[float] | np.ndarray", gamma: float,
+                      cost: float) -> float:
+    """One episode's return as the episode estimators see it, from its turn rewards:
+    ``G = sum_k gamma^k (r_k - cost)`` (``with_turn_cost``, then
+    ``advantages.discounted_episode_returns``)."""
+    r_K = np.asarray(turn_rewards, np.float64) - cost
+    return float(np.sum(r_K * np.power(gamma, np.arange(len(r_K)))))
+
+
 def truncation_bootstrap(values_EX: np.ndarray, mask_EX: np.ndarray,
                          truncated_E: np.ndarray) -> np.ndarray:
     """``[E]``: for each truncated row the value at its last agent unit, else 0."""
