@@ -10,7 +10,7 @@ from meowjax import rl
 from meowjax.rl import advantages as adv
 
 B, L = 4, 7
-BUILTINS = ["gae", "gigpo", "grpo", "rloo", "turn_gae"]
+BUILTINS = ["gae", "gigpo", "grpo", "remax", "rloo", "turn_gae"]
 COMPUTE = jax.jit(rl.compute_advantages, static_argnames=("name", "hp"))
 
 
@@ -25,6 +25,7 @@ def make_inputs(seed=0):
         turn_end_BL=((rng.random((B, L)) < 0.4) & (m > 0)).astype(np.float32),
         group_ids_B=np.array([3, 3, 9, 3], np.int32),
         state_key_BL=rng.integers(0, 3, size=(B, L)).astype(np.int32),
+        baseline_B=rng.normal(size=(B,)).astype(np.float32),
     )
 
 
@@ -51,7 +52,8 @@ def test_registry_contents_and_validation():
     assert dict(rl.ESTIMATORS["gigpo"].defaults) == {"step_weight": 1.0, "use_std": True}
     assert dict(rl.ESTIMATORS["grpo"].defaults) == {"use_std": True}
     assert not rl.ESTIMATORS["rloo"].defaults and not rl.ESTIMATORS["gae"].defaults
-    with pytest.raises(ValueError, match=r"\['gae', 'gigpo', 'grpo', 'rloo', 'turn_gae'\]"):
+    assert "baseline_B" in rl.ESTIMATORS["remax"].needs
+    with pytest.raises(ValueError, match=r"\['gae', 'gigpo', 'grpo', 'remax', 'rloo', 'turn_gae'\]"):
         rl.validate_estimator("ppo")
 
 
@@ -65,6 +67,9 @@ def test_missing_inputs_are_named():
     inputs = make_inputs()._replace(state_key_BL=None)
     with pytest.raises(ValueError, match="state_key_BL"):
         rl.compute_advantages("gigpo", inputs, hparams("gigpo"))
+    inputs = make_inputs()._replace(baseline_B=None)
+    with pytest.raises(ValueError, match="baseline_B"):
+        rl.compute_advantages("remax", inputs, hparams("remax"))
 
 
 def test_make_inputs_fills_zeros():
@@ -92,7 +97,7 @@ def test_hparams_merge_defaults_and_reject_unknown_fields():
         rl.compute_advantages("grpo", make_inputs(), {"gamma": 1.0, "lam": 1.0})
 
 
-@pytest.mark.parametrize("name", ["gae", "turn_gae", "grpo", "rloo"])
+@pytest.mark.parametrize("name", ["gae", "turn_gae", "grpo", "rloo", "remax"])
 def test_dispatch_equals_kernels(name):
     """Under jit (the kernels themselves are tested eager and jitted in test_rl_advantages)."""
     x = make_inputs()
@@ -117,6 +122,8 @@ def test_dispatch_equals_kernels(name):
                     k += int(x.turn_end_BL[b, t] > 0)
         if name == "rloo":
             e_B = np.array([r_B[0] - r_B[1], r_B[1] - r_B[0], 0.0, 0.0])
+        elif name == "remax":   # each row against its own given baseline; row 3 is padding
+            e_B = np.array([r_B[b] - x.baseline_B[b] for b in range(3)] + [0.0])
         else:
             s = abs(r_B[0] - r_B[1]) / np.sqrt(2)  # unbiased std of two values
             e_B = np.array([(r_B[0] - r_B[1]) / 2, (r_B[1] - r_B[0]) / 2, 0, 0]) / (s + 1e-6)

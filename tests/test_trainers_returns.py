@@ -56,3 +56,38 @@ def test_critic_estimators_read_the_bootstrap(name):
                        group_ids_B=np.zeros(1, np.int32), bootstrap_B=np.array([9.0], np.float32))
     np.testing.assert_allclose(rl.compute_advantages("rloo", x, rl.estimator_hparams(
         "rloo", gamma=1.0, lam=1.0))[0], 0.0)
+
+
+# ---------------------------------------------------------------- the greedy baseline (remax)
+
+
+def _episode(group_id, rewards, won=False):
+    from meowjax.rollout import trajectory
+    turns = [trajectory.make_turn("o", "a", r, False, 0.0) for r in rewards]
+    return trajectory.Trajectory(task_id=f"t{group_id}", group_id=group_id, turns=turns, won=won,
+                                 success_turn=None, info={})
+
+
+def test_trajectory_return_equals_the_estimators_discounted_return_with_turn_cost():
+    from meowjax.rl import advantages
+    rewards, gamma, cost = [0.5, -0.25, 0.0, 1.0], 0.9, 0.02
+    by_hand = sum(gamma**k * (r - cost) for k, r in enumerate(rewards))
+    assert abs(returns.trajectory_return(rewards, gamma, cost) - by_hand) < 1e-12
+    # The same episode as a one-turn-per-unit reward matrix, shaped as the trainer does.
+    r_EX = np.asarray([rewards], np.float32)
+    ones = np.ones_like(r_EX)
+    shaped = returns.with_turn_cost(r_EX, ones, ones, cost)
+    got = advantages.discounted_episode_returns(shaped, ones, ones, gamma=gamma)
+    np.testing.assert_allclose(np.asarray(got)[0], by_hand, rtol=1e-6)
+
+
+def test_greedy_baseline_matches_episodes_to_their_task_by_group_id():
+    from meowjax.trainers import greedy_baseline
+    greedy = [_episode(0, [0.0, 1.0], won=True), _episode(1, [0.5, 0.0])]
+    episodes = [_episode(g, [1.0]) for g in (1, 0, 0, 1)]
+    got = greedy_baseline.baseline_returns(greedy, episodes, gamma=1.0, turn_cost=0.1)
+    np.testing.assert_allclose(got, [0.3, 0.8, 0.8, 0.3], rtol=1e-6)
+    assert greedy_baseline.greedy_metrics(greedy) == {"rollout/greedy_success": 0.5}
+    assert greedy_baseline.group_budgets([4, 4, 6, 6, 12, 12], 2) == [4, 6, 12]
+    with pytest.raises(ValueError, match=r"No greedy episode for groups \[2\]"):
+        greedy_baseline.baseline_returns(greedy, [_episode(2, [1.0])], gamma=1.0, turn_cost=0.0)
