@@ -112,6 +112,24 @@ def test_run_report_pairs_the_same_games_before_and_after_rl(trained, tiny_games
     assert pool in open(os.path.join(trained, "report.md")).read()
 
 
+@pytest.mark.slow
+def test_run_report_gives_the_time_of_each_phase(trained):
+    """Games, SFT, RL rollouts and updates, evaluation and compiling, each with its seconds; the
+    phases (compiling lies inside them) add up to at most the wall time."""
+    md = open(os.path.join(trained, "report.md")).read()
+    table = md.split("## Time by phase", 1)[1].split("\n## ", 1)[0]
+    secs = {}
+    for line in table.splitlines():
+        cells = [x.strip() for x in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[1].replace(".", "").isdigit():
+            secs[cells[0].split(" ")[0].rstrip(":")] = float(cells[1])
+    assert {"games", "SFT", "RL", "evaluation", "of", "wall"} <= set(secs), secs
+    assert secs["SFT"] > 0 and secs["evaluation"] > 0 and secs["of"] > 0, secs
+    phases = secs["games"] + secs["SFT"] + secs["evaluation"] + sum(
+        float(line.split("|")[2]) for line in table.splitlines() if line.startswith("| RL "))
+    assert 0 < phases <= secs["wall"] + 0.2, (phases, secs)
+
+
 # -- a scripted expert agent: exact numbers -------------------------------------------------------
 class ScriptedTrainer:
     """Plays the walkthrough, with j useless 'inventory' actions first in the j-th sample; the

@@ -23,6 +23,7 @@ run does.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import time
 from typing import Any, Sequence
@@ -97,7 +98,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         self.needs_ref = self.objective.needs_ref
         self.plan = data.budget_plan(c) if training else {"sft_demos": 0, "rl_episodes": 0}
         with multihost.process_zero_first("games, tokenizer, weights"):   # shared files
+            t_games = time.time()
             self.sets = data.game_sets(c) if training else {}
+            self.games_s = time.time() - t_games   # generated, or loaded from the cache
             self.rename = data.task_renamer(c, self.sets) if training else None
             sft_tasks = self.sets["sft"][:self.plan["sft_demos"]] if training else []
             self.expert = data.expert_data(c, sft_tasks) if training else []
@@ -414,15 +417,16 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
     def _schedule(self, state, ref, meta, pool) -> dict[str, Any]:
         c = self.c
         if meta["phase"] == SFT:
-            with preemption.deferred():
+            with preemption.deferred(), self._timed(meta, "sft"):
                 state = self._sft(state, meta)
                 self._mark(state, state.params, meta)
             host_memory.release_free_memory()
             if self.preempted:
                 raise Preempted(f"SIGTERM during SFT at step {meta['sft_step']}; saved.")
-            meta["evals"]["start"] = self.evaluate(
-                state.params, pool, "evaluation of the starting policy",
-                sampled=c.eval.sample_start)
+            with self._timed(meta, "evaluation"):
+                meta["evals"]["start"] = self.evaluate(
+                    state.params, pool, "evaluation of the starting policy",
+                    sampled=c.eval.sample_start)
             with preemption.deferred():
                 meta["phase"] = RL
                 ref = self.place.params(_copy_tree(state.params))  # pg_step donates
@@ -440,6 +444,8 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                     break
                 with preemption.deferred():   # the rollout inside stays interruptible
                     state, m = self._rl_iteration(state, ref, pool, meta["iteration"])
+                    for k in ("rollout", "update"):
+                        self._add_time(meta, f"rl_{k}", m[f"time/{k}_s"])
                     meta["iteration"] += 1
                     meta["eval_due"] = bool(c.eval.every_iters
                                             and meta["iteration"] % c.eval.every_iters == 0)
@@ -458,8 +464,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         if meta["phase"] == RL:
             console.info("RL: %d/%d iterations, in %.1f s", meta["iteration"], self.rl_iters,
                          bar.elapsed())
-            meta["evals"]["final"] = self.evaluate(state.params, pool, "final evaluation",
-                                                   sampled=True)
+            with self._timed(meta, "evaluation"):
+                meta["evals"]["final"] = self.evaluate(state.params, pool, "final evaluation",
+                                                       sampled=True)
             with preemption.deferred():
                 meta["phase"] = DONE
                 self._save(state, ref, meta)
@@ -471,5 +478,22 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                      "%.1f s compiling, %.1f s tracing/lowering (all jitted functions, "
                      "rollouts and evaluation included)", cc["compiles"], cc["cache_hits"],
                      cc["cache_saved_s"], cc["compile_s"], cc["trace_s"])
+        phase_s = {"games": self.games_s, **meta.get("phase_s", {}),
+                   "compile": cc["compile_s"] + cc["trace_s"]}
         return {"plan": self.plan, "sft_rows": len(self.sft_rows), "rl_iters": self.rl_iters,
-                "evals": meta["evals"], "state": state, "ref": ref}
+                "evals": meta["evals"], "state": state, "ref": ref, "phase_s": phase_s}
+
+    @staticmethod
+    def _add_time(meta, phase: str, seconds: float) -> None:
+        """Adds to ``meta["phase_s"]`` (checkpointed: a resumed run keeps its earlier time)."""
+        times = dict(meta.get("phase_s", {}))   # a new dict: saved copies of meta stay as they were
+        times[phase] = times.get(phase, 0.0) + float(seconds)
+        meta["phase_s"] = times
+
+    @contextlib.contextmanager
+    def _timed(self, meta, phase: str):
+        t0 = time.time()
+        try:
+            yield
+        finally:
+            self._add_time(meta, phase, time.time() - t0)

@@ -66,10 +66,35 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         sections.append(report.PairedGainTable(
             "RL gain on the same games (paired: 'gain' when the whole 95% interval is above 0)",
             paired))
+    if out.get("phase_s"):
+        sections.append(_phase_section(out["phase_s"], seconds))
     sections += _comparison_sections(evals, data.difficulty_name(c, False))
     sections += _curve_sections(workdir)
     path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
     return str(path)
+
+
+# Phases of a run, in order: (key of ``phase_s``, label).
+_PHASES = (
+    ("games", "games: generated, or loaded from data/games (this start)"),
+    ("sft", "SFT"),
+    ("rl_rollout", "RL rollouts (episodes played, greedy baselines included)"),
+    ("rl_update", "RL updates (old log-probs, advantages, update steps)"),
+    ("evaluation", "evaluation (starting policy and after RL)"),
+    ("compile", "of which XLA compiling and tracing (this start; inside the phases above)"),
+)
+
+
+def _phase_section(phase_s: dict[str, float], seconds: float) -> Any:
+    """Seconds and share of the wall time of each phase (the trainer's ``phase_s``; SFT, RL and
+    evaluation add up over restarts)."""
+    rows = [[label, f"{phase_s[k]:.1f}", f"{phase_s[k] / 60:.1f}",
+             f"{100 * phase_s[k] / seconds:.0f}%" if seconds > 0 else "n/a"]
+            for k, label in _PHASES if k in phase_s]
+    rows.append(["wall time of this start (set-up and report included)", f"{seconds:.1f}",
+                 f"{seconds / 60:.1f}", "100%"])
+    return report.TextSection("Time by phase", report.markdown_table(
+        ["phase", "seconds", "minutes", "share of wall"], rows))
 
 
 # Per-turn diagnostics shown before and after RL: (key, label).
