@@ -183,7 +183,7 @@ def test_configs_switch_args_load_and_fit_their_budgets():
     from configs import smollm2_textworld
     plans = {a: data.budget_plan(smollm2_textworld.get_config(f"{a}=True"))
              for a in ("full", "gpu", "long_sft")}
-    assert plans["long_sft"] == {"sft_demos": 96, "rl_episodes": 8}
+    assert plans["long_sft"] == {"sft_demos": 192, "rl_episodes": 8}
     assert plans["gpu"] == {"sft_demos": 64, "rl_episodes": 320}
 
 
