@@ -15,7 +15,8 @@ _CALLS, _WARMUP = 40, 10
 
 # Each cycle: a jitted program writes a fresh 64 MiB output, which is then freed; prints the
 # minor faults of each of argv[1] cycles under each setting named after it ("default", "keep",
-# "release", "restore"), in order. As in the entry points, a first "keep" comes before the first computation.
+# "release", "restore"), in order. As in the entry points, a first "keep" comes before the first
+# computation.
 _PROBE = """
 import json, sys
 from meowjax.runtime import host_memory
@@ -46,8 +47,8 @@ print(json.dumps(out))
 
 
 def _probe(*steps: str) -> dict[str, list[int]]:
-    res = subprocess.run([sys.executable, "-c", _PROBE, str(_CALLS), *steps], capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run([sys.executable, "-c", _PROBE, str(_CALLS), *steps],
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
