@@ -138,3 +138,48 @@ def test_paired_difference_interval_coverage_by_simulation():
     assert 0.92 <= _paired_coverage(0.45, 0.6, noise=1.0) <= 0.975
     assert 0.905 <= _paired_coverage(0.45, 0.6, noise=0.15) <= 0.975
     assert 0.92 <= _paired_coverage(0.5, 0.7, noise=0.3) <= 0.975
+
+
+@pytest.mark.parametrize("actions, looped", [
+    (["go east", "examine shelf", "examine shelf", "examine shelf", "examine shelf"], True),
+    (["take key", "open box", "close box", "open box", "close box"], True),
+    (["a", "b", "a", "b", "a"], True),
+    (["examine shelf"] * 3, False),                 # too short to tell
+    (["a", "b", "c", "a", "b", "c", "a", "b", "c"], False),   # period 3: beyond max_period
+    (["a", "b", "a", "c"], False),
+    (["a", "a", "b", "b"], False),
+    ([], False),
+])
+def test_ends_in_cycle_against_a_plain_loop(actions, looped):
+    def plain(x, max_period=2):
+        for p in range(1, max_period + 1):
+            span = 2 * max(p, 2)
+            tail = x[-span:]
+            if len(x) >= span and tail == (tail[:p] * span)[:span]:
+                return True
+        return False
+
+    assert stats.ends_in_cycle(actions) is looped
+    assert plain(actions) is looped
+    assert stats.ends_in_cycle(["a", "b", "c"] * 3, max_period=3)
+    with pytest.raises(ValueError, match="max_period"):
+        stats.ends_in_cycle(actions, max_period=0)
+
+
+def test_success_summary_counts_lost_episodes_that_loop():
+    from types import SimpleNamespace
+
+    from meowjax.eval import outcomes
+
+    def ep(i, won, actions):
+        return SimpleNamespace(task_id=f"g{i}", won=won, num_turns=len(actions),
+                               invalid_count=0, success_turn=len(actions) if won else None,
+                               actions=actions)
+
+    loop = ["take scarf", "drop scarf"] * 6
+    s = outcomes.success_summary([ep(0, False, loop), ep(1, True, ["x"] * 4 + ["win"]),
+                                  ep(2, True, loop), ep(3, False, list("abcdefghijkl"))])
+    assert (s["wins"], s["n"], s["lost_in_cycle"]) == (2, 4, 1)   # won loops do not count
+    no_actions = SimpleNamespace(task_id="g", won=False, num_turns=1, invalid_count=0,
+                                 success_turn=None)
+    assert outcomes.success_summary([no_actions])["lost_in_cycle"] == 0

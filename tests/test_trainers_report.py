@@ -26,7 +26,7 @@ def test_run_report_compares_start_and_after_rl(tmp_path):
                           for w in rng.uniform(size=4) < 0.5] for i in range(6)}
         pk[tag] = passk.estimate_pass_at_k_t(recs, [1, 2], [2, 4], n_boot=20).to_json()
     game = {"success": 0.5, "wins": 1, "n": 2, "per_game": {"a": True, "b": False}}
-    evals = {"start": {"eval": game, "pass_at_k_t": pk["start"],
+    evals = {"start": {"eval": dict(game, lost_in_cycle=1), "pass_at_k_t": pk["start"],
                        "diagnostics": _diag(0.25, 0.9, [0.0, 0.1, 0.3, 0.4])},
              "final": {"eval": game, "pass_at_k_t": pk["final"],
                        "diagnostics": _diag(0.5, 0.95, [0.0, 0.2, 0.5, 0.6])}}
@@ -49,3 +49,5 @@ def test_run_report_compares_start_and_after_rl(tmp_path):
     assert "| KL to the starting policy | 2 | 0.030 | 0.030 |" in md
     assert "| SFT loss | 3 | 1.500 | 1.500 |" in md
     assert "on 4 w2-o3-q4 training games (sample order: 4 draws, 1.0 per task)" in md
+    # Lost greedy episodes that ended in a loop: counted at the start only here.
+    assert "| w2-o3-q4 held-out | 1 of 1 | n/a |" in md

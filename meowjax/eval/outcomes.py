@@ -10,9 +10,11 @@ from meowjax.eval import stats
 
 
 def success_summary(trajs: Sequence[Any]) -> dict[str, Any]:
-    """Success rate with its 95% Wilson interval, mean turns, invalid-action rate, and each game's
-    outcome (``per_game``: task_id -> won, one greedy episode per game) so that two evaluations of
-    the same games can be compared pairwise."""
+    """Success rate with its 95% Wilson interval, mean turns, invalid-action rate, the lost
+    episodes that ended in a loop of one or two repeated actions (``lost_in_cycle``,
+    ``stats.ends_in_cycle``; records without ``actions`` count as not), and each game's outcome
+    (``per_game``: task_id -> won, one greedy episode per game) so that two evaluations of the
+    same games can be compared pairwise."""
     n = len(trajs)
     wins = int(sum(t.won for t in trajs))
     low, high = stats.wilson_interval(wins, n)
@@ -20,6 +22,8 @@ def success_summary(trajs: Sequence[Any]) -> dict[str, Any]:
     return {"success": wins / max(1, n), "ci_low": low, "ci_high": high, "wins": wins, "n": n,
             "mean_turns": turns / max(1, n),
             "invalid_rate": sum(t.invalid_count for t in trajs) / max(1, turns),
+            "lost_in_cycle": sum(not t.won and stats.ends_in_cycle(getattr(t, "actions", ()))
+                                 for t in trajs),
             "per_game": {str(t.task_id): bool(t.won) for t in trajs}}
 
 

@@ -264,3 +264,22 @@ def error_recovery_rate(traces: Sequence[Any], kind: str = "invalid") -> tuple[f
             n_err += 1
             n_recovered += bool(record_field(tr, "won"))
     return (n_recovered / n_err if n_err else float("nan")), n_err
+
+
+def ends_in_cycle(actions: Sequence[str], max_period: int = 2) -> bool:
+    """Whether an action sequence ends by repeating itself: for some period p <= `max_period`,
+    its last 2 * max(p, 2) actions are one block of p actions over and over,
+
+        x[-k] = x[-k - p]   for k = 1 .. 2 * max(p, 2) - p
+
+    ("examine shelf" four times; "open coffer", "close coffer" twice each). A greedy policy whose
+    prompt does not change in such a loop repeats it until the turn budget runs out.
+    """
+    if max_period < 1:
+        raise ValueError(f"max_period={max_period} must be >= 1.")
+    x = list(actions)
+    for p in range(1, max_period + 1):
+        span = 2 * max(p, 2)
+        if len(x) >= span and all(x[-k] == x[-k - p] for k in range(1, span - p + 1)):
+            return True
+    return False

@@ -66,12 +66,34 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         sections.append(report.PairedGainTable(
             "RL gain on the same games (paired: 'gain' when the whole 95% interval is above 0)",
             paired))
+    cycles = _cycle_section(evals, names)
+    if cycles is not None:
+        sections.append(cycles)
     if out.get("phase_s"):
         sections.append(_phase_section(out["phase_s"], seconds))
     sections += _comparison_sections(evals, data.difficulty_name(c, False))
     sections += _curve_sections(workdir)
     path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
     return str(path)
+
+
+def _cycle_section(evals: dict[str, Any], names: dict[str, str]) -> Any | None:
+    """The greedy episodes lost, and of them those that ended repeating one or two actions
+    (``lost_in_cycle``), before and after RL; None where no evaluation counted them."""
+    rows = []
+    for split, name in names.items():
+        cells = []
+        for tag in ("start", "final"):
+            e = evals.get(tag, {}).get(split) or {}
+            lost = e.get("n", 0) - e.get("wins", 0)
+            cells.append(f"{e['lost_in_cycle']} of {lost}" if "lost_in_cycle" in e else "n/a")
+        if cells != ["n/a", "n/a"]:
+            rows.append([name, *cells])
+    if not rows:
+        return None
+    return report.TextSection(
+        "Greedy episodes lost in a loop (the last four actions repeat one or two actions)",
+        report.markdown_table(["games", "starting policy", "after RL"], rows))
 
 
 # Phases of a run, in order: (key of ``phase_s``, label).
