@@ -23,7 +23,9 @@ hyper-parameters, temperature, KL, reward wrapper and length buckets are the def
   * the SFT-share study keeps a fixed total budget, the same 2880 episode-units, spent at
     shares 0 .. 1 (0: 90 RL iterations, no SFT; 0.5: 144 demonstrations + 45 iterations; 1: 288
     demonstrations, no RL); each of its cells runs its own SFT;
-  * 40 held-out test games per difficulty (default 80), w2-o3-q4 and w3-o5-q6, plus w4-o6-q8
+  * the RL schedule the recorded cells ran with: 64 RL games drawn at random (the default: a
+    stream of 320 distinct games), no dynamic sampling, a cosine learning rate, no turn cost;
+  * 40 held-out test games per difficulty (default 100), w2-o3-q4 and w3-o5-q6, plus w4-o6-q8
     evaluated by the studies runner (``EXTRA_EVAL``);
   * a greedy held-out evaluation every 5 RL iterations (``eval.every_iters``) for the
     learning curve; sampled evaluation (Pass@(K,T), per-turn diagnostics) at start and end.
@@ -58,6 +60,7 @@ RL_ITERS = 15                   # of 8 games x 4 episodes
 TOTAL_EPISODES = SFT_DEMOS * 10 + RL_ITERS * 8 * 4      # 2880 episode-units
 SFT_SHARE = SFT_DEMOS * 10 / TOTAL_EPISODES
 EVAL_GAMES = 40
+STUDY_RL_GAMES = 64             # the RL pool, games drawn at random (repeats allowed)
 # The turn-budget study's grid (w2-o3-q4 walkthroughs take ~4 commands: "less than optimal"
 # up to ~3x optimal).
 GRID_KS, GRID_TS = (1, 2, 4), (2, 3, 4, 6, 8, 12)
@@ -101,6 +104,12 @@ def get_config(arg=None):
     mix = parse_mix(arg.budget_mix)
     c = default.get_config(f"smoke={arg.smoke}")
     c.unlock()
+    # The RL schedule the committed cells ran with (the default run's before its stream of
+    # distinct games, dynamic sampling, constant learning rate and turn cost).
+    c.rollout.update(dict(task_order="sample", dynamic_draws=0))
+    c.rl.update(dict(lr_schedule="cosine", turn_cost=0.0))
+    if not arg.smoke:
+        c.games.num_train = STUDY_RL_GAMES
     c.name = (f"study_{arg.estimator}_{arg.reward}_sft{share:.3g}"
               + (f"_mix{arg.budget_mix.replace('/', '-')}" if mix else "")
               + ("_stated" if arg.state_budget else ""))

@@ -46,7 +46,7 @@ def test_env_specs_and_pool_words_per_family():
     assert data.env_spec(c, admissible=False) == EnvSpec(
         "textworld", dict(reward_mode="sparse", invalid_action_penalty=0.0, admissible=False,
                           compact=True))
-    assert data.rl_pool_words(c) == "64 w2-o3-q4 + 8 w3-o5-q6 training games"
+    assert data.rl_pool_words(c) == "320 w2-o3-q4 + 8 w3-o5-q6 training games"
     c.env.family = "alfworld"
     assert data.env_spec(c, admissible=True) == EnvSpec(
         "alfworld", dict(reward_mode="sparse", invalid_action_penalty=0.0, admissible=True))
