@@ -57,8 +57,8 @@ def get_config(arg=None):
     # to fill 8 (with the turn cost below ~70% of a draw's groups qualify: ~1 extra draw).
     c.rollout.update(dict(tasks_per_iter=8, group_size=4, task_order="stream", dynamic_draws=3,
                           length_buckets=(224, 256, 288, 320, 384, 448, 512, 768)))
-    # Process reward (expert-plan progress, potential-based) and a cost of 0.02 per turn. Every
-    # greedy failure of the SFT policy on validation games is a loop (44 of 44 lost games at
+    # Process reward (expert-plan progress, potential-based) and a cost of 0.02 per turn. The
+    # greedy failures of the SFT policy on validation games are loops (42 of 44 lost games at
     # seed 0 end repeating one or two actions: take / drop, open / close, examine); with
     # gamma = 1 the telescoping process reward makes an undo-redo detour free, the turn cost
     # makes it cost, and groups whose episodes all win now differ in return by their length.
