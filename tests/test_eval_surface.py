@@ -69,6 +69,10 @@ def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games
     for heading in ("## Success at T_max", "## Pass@(K,T) on eval", "## Per-turn diagnostics",
                     "| K \\ T | T=2 | T=4 |", "Mode: `single_run`", "action validity"):
         assert heading in md, heading
+    # The greedy episodes are the trainer's final ones (same checkpoint, same seed).
+    g = json.load(open(os.path.join(trained, "evals.json")))["final"]["eval"]
+    assert (f"{g['lost_in_cycle']} of its {g['n'] - g['wins']} lost games end in a loop"
+            in " ".join(md.split()))
     assert sorted(os.listdir(os.path.join(out, "plots"))) == [
         "pass_at_k_t_on_eval.png", "success_and_action_validity_vs_turn_index.png"]
     results = json.load(open(os.path.join(out, "results.json")))

@@ -230,11 +230,13 @@ def report_sections(result: EvalResult) -> list[Any]:
                                "states the budget)",
                  "per_budget": "per_budget (a separate sampled run at every T)"}[result.mode]
     sampled_wins = sum(t["won"] for t in result.traces)
+    loops = (f" {g['lost_in_cycle']} of its {g['n'] - g['wins']} lost games end in a loop of "
+             "one or two repeated actions." if "lost_in_cycle" in g else "")
     sections = [
         report.TextSection("Setup", (
             f"Agent: {result.source}. Game set `{result.name}`: {result.n_tasks} games. "
-            f"Greedy: one episode per game at T_max = {result.t_max}. Sampled: {result.samples} "
-            f"episodes per game. Pass@(K,T) mode: {mode_text}.")),
+            f"Greedy: one episode per game at T_max = {result.t_max}.{loops} Sampled: "
+            f"{result.samples} episodes per game. Pass@(K,T) mode: {mode_text}.")),
         report.SuccessTable("Success at T_max (95% Wilson intervals)", [
             report.SuccessRow(f"{result.name}: greedy", g["wins"], g["n"]),
             report.SuccessRow(f"{result.name}: sampled", sampled_wins, len(result.traces))]),
