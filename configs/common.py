@@ -89,9 +89,14 @@ def base_config() -> ml_collections.ConfigDict:
     # whose returns differ (a group baseline gives the others zero advantage) and plays up to
     # this many extra sets of tasks_per_iter random pool tasks to fill tasks_per_iter such
     # groups (meowjax.trainers.dynamic_sampling).
+    # rollout.greedy_member: each group gets one more episode, its task played greedily (arg-max
+    # action every turn, as held-out evaluation plays), trained on like the sampled ones: where
+    # the greedy episode loops and fails while sampled ones win, its actions get a negative
+    # advantage (an off-policy sample: its log-probs are those of the sampling policy).
     c.rollout = ml_collections.ConfigDict(dict(
         length_buckets=(256, 384, 512, 768, 1024), tasks_per_iter=8, group_size=4,
-        task_order="sample", rename_prob=0.0, kv_reuse=True, dynamic_draws=0))
+        task_order="sample", rename_prob=0.0, kv_reuse=True, dynamic_draws=0,
+        greedy_member=False))
 
     # SFT -> RL under one budget: an SFT demonstration costs sft_demo_cost RL episodes.
     # sft.lm_coef / rl.lm_coef: weight of an auxiliary next-token loss on the prompt text

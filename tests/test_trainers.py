@@ -149,6 +149,61 @@ def test_score_trainer_without_kl_or_critic_skips_the_pre_update_pass(tiny_games
 
 
 @pytest.mark.slow
+def test_greedy_member_joins_each_group_and_is_trained_on(tiny_games_dir, tmp_path, monkeypatch):
+    """rollout.greedy_member: each group's update holds its G sampled episodes plus the task's
+    greedy episode (same task, same group id); rollout figures stay those of the sampled ones."""
+    c = tiny_config(tiny_games_dir, estimator="rloo", minibatch_rows=8)
+    c.unlock()
+    c.rollout.greedy_member = True
+    c.lock()
+    trainer = ScoreTrainer(c, str(tmp_path))
+    iters = []   # per RL iteration: its play_share calls and the episodes it updated on
+    active = []
+    play_share, update_rows, iteration = (trainer.play_share, trainer.update_rows,
+                                          trainer._rl_iteration)
+
+    def recording_play(*args, greedy, **kw):
+        out = play_share(*args, greedy=greedy, **kw)
+        if active:   # not the evaluations'
+            iters[-1]["plays"].append((greedy, kw["group_size"], out))
+        return out
+
+    def recording_update_rows(trajs):
+        iters[-1]["update"] = list(trajs)
+        return update_rows(trajs)
+
+    def recording_iteration(*args):
+        iters.append({"plays": [], "update": None})
+        active.append(True)
+        try:
+            return iteration(*args)
+        finally:
+            active.pop()
+
+    monkeypatch.setattr(trainer, "play_share", recording_play)
+    monkeypatch.setattr(trainer, "update_rows", recording_update_rows)
+    monkeypatch.setattr(trainer, "_rl_iteration", recording_iteration)
+    out = trainer.run()
+    assert out["rl_iters"] == 2 and len(iters) == 2
+    updated = [it["update"] for it in iters]
+    for it in iters:
+        assert [(g, size) for g, size, _ in it["plays"]] == [(False, 2), (True, 1)]
+        sampled, greedy = it["plays"][0][2], it["plays"][1][2]
+        assert [id(e) for e in it["update"]] == [id(e) for e in sampled + greedy]
+        for gid in range(c.rollout.tasks_per_iter):
+            members = [e for e in it["update"] if e.group_id == gid]
+            assert len(members) == c.rollout.group_size + 1
+            assert len({e.task_id for e in members}) == 1
+    recs = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+    rl = [r for r in recs if "pg/policy_loss" in r]
+    for r, eps in zip(rl, updated):
+        sampled = eps[:-c.rollout.tasks_per_iter]
+        assert r["rollout/success"] == pytest.approx(np.mean([e.won for e in sampled]))
+        assert r["rollout/greedy_success"] == pytest.approx(
+            np.mean([e.won for e in eps[-c.rollout.tasks_per_iter:]]))
+
+
+@pytest.mark.slow
 def test_kill_and_resume_equals_uninterrupted(tiny_games_dir, tmp_path):
     c = tiny_config(tiny_games_dir, estimator="rloo", minibatch_rows=8)
     full = ScoreTrainer(c, str(tmp_path / "full")).run()

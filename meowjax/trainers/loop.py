@@ -85,8 +85,10 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
                                                section=c.rl.get(c.rl.estimator))
         self.objective = objective.ObjectiveConfig.from_section(c.rl)
-        # An estimator reading `baseline_B` (remax) gets each task's greedy return.
+        # An estimator reading `baseline_B` (remax) gets each task's greedy return; with
+        # rollout.greedy_member each group also trains on its task's greedy episode.
         self.needs_greedy = "baseline_B" in self.spec.needs
+        self.greedy_member = bool(c.rollout.greedy_member)
         if self.needs_greedy and c.rollout.dynamic_draws:
             raise ValueError(f"rl.estimator={c.rl.estimator!r} compares each episode with its "
                              "task's greedy episode; rollout.dynamic_draws (which keeps groups "
@@ -313,12 +315,16 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                                     key=key if draw == 0 else jax.random.fold_in(key, draw),
                                     temperature=c.policy.temperature)
             played.append(sum(e.num_turns for e in trajs))
-            if draw == 0 and self.needs_greedy:
-                greedy.extend(self.play_share(
+            if (draw == 0 and self.needs_greedy) or self.greedy_member:
+                arg_max = self.play_share(
                     state.params, pool, tasks, group_size=1, rng=rng, greedy=True, key=key,
                     budgets=greedy_baseline.group_budgets(budgets, c.rollout.group_size),
-                    temperature=c.policy.temperature))
-                played.append(sum(e.num_turns for e in greedy))
+                    temperature=c.policy.temperature)
+                played.append(sum(e.num_turns for e in arg_max))
+                if draw == 0:
+                    greedy.extend(arg_max)
+                if self.greedy_member:   # group ids match: the task's position in the draw
+                    trajs = trajs + arg_max
             return trajs
 
         with preemption.interruptible():   # the state is unchanged until the update
@@ -374,14 +380,15 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         mismatch = acc.pop("pg/logp_mismatch_max")
         metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
         # Rollout figures are the iteration's own tasks (draw 0), whatever dynamic sampling kept.
-        metrics.update(trajectory.rollout_metrics(first))
+        greedy_ids = {id(g) for g in greedy}
+        metrics.update(trajectory.rollout_metrics([e for e in first if id(e) not in greedy_ids]))
         metrics.update({
             "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
             # real tokens / slots over all the iteration's update batches
             "perf/padding_efficiency": float(sum(eff) / slots),
             "perf/turns_per_s": sum(played) / max(t_roll, 1e-9), **fill_stats,
-            **(greedy_baseline.greedy_metrics(greedy) if self.needs_greedy else {}),
+            **(greedy_baseline.greedy_metrics(greedy) if greedy else {}),
             **host_memory.memory_metrics()})
         return state, metrics
 
