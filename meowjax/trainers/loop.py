@@ -300,7 +300,8 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         rng = host_rng(c.seed, COLLECT_RNG, it)
         rename_rng = host_rng(c.seed, RENAME_RNG, it)
         played: list[int] = []   # turns of every draw (throughput)
-        greedy: list = []        # the greedy episodes of the iteration's tasks (remax)
+        greedy: list = []        # the greedy episodes of the iteration's tasks
+        sampled: list = []       # the sampled episodes of the iteration's tasks (draw 0)
 
         def play_draw(draw: int):
             """Draw 0: the iteration's tasks; later draws (dynamic sampling): random pool tasks."""
@@ -315,6 +316,8 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                                     key=key if draw == 0 else jax.random.fold_in(key, draw),
                                     temperature=c.policy.temperature)
             played.append(sum(e.num_turns for e in trajs))
+            if draw == 0:
+                sampled.extend(trajs)
             if (draw == 0 and self.needs_greedy) or self.greedy_member:
                 arg_max = self.play_share(
                     state.params, pool, tasks, group_size=1, rng=rng, greedy=True, key=key,
@@ -328,7 +331,7 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             return trajs
 
         with preemption.interruptible():   # the state is unchanged until the update
-            eps, first, fill_stats = dynamic_sampling.fill_groups(
+            eps, _, fill_stats = dynamic_sampling.fill_groups(
                 play_draw, want=c.rollout.tasks_per_iter, max_draws=c.rollout.dynamic_draws,
                 turn_cost=c.rl.turn_cost)
         t_roll = time.time() - t0
@@ -379,9 +382,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         # sampler-vs-trainer mismatch of this iteration's rows (later ones measure the update).
         mismatch = acc.pop("pg/logp_mismatch_max")
         metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
-        # Rollout figures are the iteration's own tasks (draw 0), whatever dynamic sampling kept.
-        greedy_ids = {id(g) for g in greedy}
-        metrics.update(trajectory.rollout_metrics([e for e in first if id(e) not in greedy_ids]))
+        # Rollout figures are the iteration's own tasks (draw 0), whatever dynamic sampling kept,
+        # sampled episodes only (a greedy group member has its own figure).
+        metrics.update(trajectory.rollout_metrics(sampled))
         metrics.update({
             "rollout/logp_mismatch_max": float(jax.device_get(mismatch[0])),
             "time/rollout_s": t_roll, "time/update_s": time.time() - t1,
