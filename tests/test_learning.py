@@ -13,7 +13,7 @@ success must be above 0.8, and at the start of RL below 0.3:
   as each other name), then RL, which must make the model write "take <the object named in the
   goal>" token by token. The start is greedy (the cloned policy takes another name).
 
-All twelve runs share one model size, row shapes and the suite's persistent XLA cache, so later runs
+All fourteen runs share one model size, row shapes and the suite's persistent XLA cache, so later runs
 load the programs earlier ones compiled. ``pytest -k learn`` selects them; the suite runs seed 0,
 ``MEOWJAX_LEARN_SEED=1 pytest -k learn`` another seed.
 """
@@ -29,7 +29,7 @@ from meowjax.trainers.score_trainer import ScoreTrainer
 from meowjax.trainers.text_trainer import TextTrainer
 from tests import learning_env
 
-ESTIMATORS = ("gae", "turn_gae", "grpo", "rloo", "gigpo", "remax")
+ESTIMATORS = ("gae", "turn_gae", "grpo", "rloo", "gigpo", "remax", "rft")
 EPISODES_PER_ITER = 32
 
 

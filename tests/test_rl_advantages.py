@@ -89,6 +89,16 @@ def np_rloo(r_B, g_B, w_B):
     return out
 
 
+def np_best_win(r_B, won_B, g_B, w_B, best_only):
+    out = np.zeros(len(r_B))
+    for i in range(len(r_B)):
+        if w_B[i] <= 0 or not won_B[i]:
+            continue
+        wins = [r_B[j] for j in range(len(r_B)) if g_B[j] == g_B[i] and w_B[j] > 0 and won_B[j]]
+        out[i] = float(not best_only or r_B[i] >= max(wins) - 1e-6)
+    return out
+
+
 # ---------------------------------------------------------------- random inputs
 
 
@@ -311,6 +321,29 @@ def test_grpo_rloo_match_numpy(wrap):
         got = wrap(functools.partial(adv.grpo_advantages, use_std=use_std))(r, g, w)
         np.testing.assert_allclose(got, np_grpo(r, g, w, use_std, 1e-6), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(wrap(adv.rloo_advantages)(r, g, w), np_rloo(r, g, w), atol=1e-5)
+
+
+@pytest.mark.parametrize("wrap", MODES)
+def test_best_win_by_hand(wrap):
+    # Group 7: rows 0 and 2 won (returns 0.7, 0.8): row 2 is imitated; row 1 lost with the
+    # highest return; row 4 is padding (a win with the highest return: ignored). Group 2: row
+    # 3 won alone.
+    r = np.array([0.7, 0.9, 0.8, 0.2, 5.0], np.float32)
+    won = np.array([1, 0, 1, 1, 1], np.float32)
+    got = wrap(adv.best_win_advantages)(r, won, G_B, W_B)
+    np.testing.assert_array_equal(got, [0, 0, 1, 1, 0])
+    every = wrap(functools.partial(adv.best_win_advantages, best_only=False))(r, won, G_B, W_B)
+    np.testing.assert_array_equal(every, [1, 0, 1, 1, 0])
+
+
+@SETTINGS
+@given(groups(), st.lists(st.booleans(), min_size=GB, max_size=GB), st.booleans())
+def test_best_win_equals_definition(data, won, best_only):
+    r, g, w = data
+    won = np.array(won, np.float32)
+    got = jax.jit(adv.best_win_advantages, static_argnames="best_only")(r, won, g, w,
+                                                                      best_only=best_only)
+    np.testing.assert_array_equal(got, np_best_win(r, won, g, w, best_only))
 
 
 @SETTINGS

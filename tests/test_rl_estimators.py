@@ -10,7 +10,7 @@ from meowjax import rl
 from meowjax.rl import advantages as adv
 
 B, L = 4, 7
-BUILTINS = ["gae", "gigpo", "grpo", "remax", "rloo", "turn_gae"]
+BUILTINS = ["gae", "gigpo", "grpo", "remax", "rft", "rloo", "turn_gae"]
 COMPUTE = jax.jit(rl.compute_advantages, static_argnames=("name", "hp"))
 
 
@@ -26,6 +26,7 @@ def make_inputs(seed=0):
         group_ids_B=np.array([3, 3, 9, 3], np.int32),
         state_key_BL=rng.integers(0, 3, size=(B, L)).astype(np.int32),
         baseline_B=rng.normal(size=(B,)).astype(np.float32),
+        won_B=np.array([1, 1, 0, 1], np.float32),
     )
 
 
@@ -53,7 +54,10 @@ def test_registry_contents_and_validation():
     assert dict(rl.ESTIMATORS["grpo"].defaults) == {"use_std": True}
     assert not rl.ESTIMATORS["rloo"].defaults and not rl.ESTIMATORS["gae"].defaults
     assert "baseline_B" in rl.ESTIMATORS["remax"].needs
-    with pytest.raises(ValueError, match=r"\['gae', 'gigpo', 'grpo', 'remax', 'rloo', 'turn_gae'\]"):
+    assert "won_B" in rl.ESTIMATORS["rft"].needs
+    assert dict(rl.ESTIMATORS["rft"].defaults) == {"best_only": True}
+    with pytest.raises(ValueError, match=r"\['gae', 'gigpo', 'grpo', 'remax', 'rft', 'rloo', "
+                                         r"'turn_gae'\]"):
         rl.validate_estimator("ppo")
 
 
@@ -70,6 +74,9 @@ def test_missing_inputs_are_named():
     inputs = make_inputs()._replace(baseline_B=None)
     with pytest.raises(ValueError, match="baseline_B"):
         rl.compute_advantages("remax", inputs, hparams("remax"))
+    inputs = make_inputs()._replace(won_B=None)
+    with pytest.raises(ValueError, match="won_B"):
+        rl.compute_advantages("rft", inputs, hparams("rft"))
 
 
 def test_make_inputs_fills_zeros():
@@ -97,7 +104,7 @@ def test_hparams_merge_defaults_and_reject_unknown_fields():
         rl.compute_advantages("grpo", make_inputs(), {"gamma": 1.0, "lam": 1.0})
 
 
-@pytest.mark.parametrize("name", ["gae", "turn_gae", "grpo", "rloo", "remax"])
+@pytest.mark.parametrize("name", ["gae", "turn_gae", "grpo", "rloo", "remax", "rft"])
 def test_dispatch_equals_kernels(name):
     """Under jit (the kernels themselves are tested eager and jitted in test_rl_advantages)."""
     x = make_inputs()
@@ -124,6 +131,8 @@ def test_dispatch_equals_kernels(name):
             e_B = np.array([r_B[0] - r_B[1], r_B[1] - r_B[0], 0.0, 0.0])
         elif name == "remax":   # each row against its own given baseline; row 3 is padding
             e_B = np.array([r_B[b] - x.baseline_B[b] for b in range(3)] + [0.0])
+        elif name == "rft":     # rows 0, 1 won: the better of them; row 2 lost; row 3 padding
+            e_B = np.array([r_B[0] >= r_B[1], r_B[1] >= r_B[0], 0, 0], np.float64)
         else:
             s = abs(r_B[0] - r_B[1]) / np.sqrt(2)  # unbiased std of two values
             e_B = np.array([(r_B[0] - r_B[1]) / 2, (r_B[1] - r_B[0]) / 2, 0, 0]) / (s + 1e-6)

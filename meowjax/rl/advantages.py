@@ -280,6 +280,30 @@ def rloo_advantages(
     return jnp.where(valid_B & (count_B > 1), adv_B, 0)
 
 
+def best_win_advantages(
+    returns_B: chex.Array, won_B: chex.Array, group_ids_B: chex.Array,
+    row_weight_B: chex.Array, *, best_only: bool = True, tol: float = 1e-6
+) -> chex.Array:
+    """Rejection-sampling fine-tuning (filtered self-imitation): 1 for the episodes to imitate,
+    0 for every other:
+
+        A_i = 1  if won_i and (not best_only or R_i >= max_{j in g, won_j} R_j - tol),  else 0
+
+    over the valid rows (`row_weight > 0`) of group `g`. With a cost per turn the best win is
+    the shortest; a group without a win imitates nothing.
+    """
+    _check_group_inputs("best_win_advantages", returns_B, group_ids_B, row_weight_B)
+    chex.assert_equal_shape([returns_B, won_B])
+    (batch,) = returns_B.shape
+    dtype = _compute_dtype(returns_B)
+    win_B = (row_weight_B > 0) & (won_B > 0)
+    r_B = returns_B.astype(dtype)
+    seg_B = _group_segments(group_ids_B)
+    best_S = jax.ops.segment_max(jnp.where(win_B, r_B, -jnp.inf), seg_B, batch)
+    keep_B = win_B & (r_B >= best_S[seg_B] - tol) if best_only else win_B
+    return keep_B.astype(dtype)
+
+
 def baseline_advantages(
     returns_B: chex.Array, baseline_B: chex.Array, row_weight_B: chex.Array
 ) -> chex.Array:

@@ -41,7 +41,8 @@ class EstimatorInputs(NamedTuple):
     critic's estimate where a turn budget cut it); read by the critic estimators, optional
     (None = zeros) so that a tuple built without it keeps working. `baseline_B`: a given
     baseline return per row (ReMax: the return of its task's greedy episode, played by the
-    trainer when an estimator needs it); optional in the same way."""
+    trainer when an estimator needs it); optional in the same way. `won_B`: 1 where the row's
+    episode won the game (its outcome, whatever the reward), 0 elsewhere; optional too."""
 
     rewards_BL: chex.Array
     mask_BL: chex.Array
@@ -52,6 +53,7 @@ class EstimatorInputs(NamedTuple):
     state_key_BL: chex.Array
     bootstrap_B: chex.Array | None = None
     baseline_B: chex.Array | None = None
+    won_B: chex.Array | None = None
 
 
 _INT_FIELDS: Final[frozenset[str]] = frozenset({"group_ids_B", "state_key_BL"})
@@ -247,6 +249,11 @@ def _remax(x: EstimatorInputs, hp: Mapping[str, Any]):
         r_B, x.baseline_B, x.row_weight_B))
 
 
+def _rft(x: EstimatorInputs, hp: Mapping[str, Any]):
+    return _episode(x, hp, lambda r_B: advantages.best_win_advantages(
+        r_B, x.won_B, x.group_ids_B, x.row_weight_B, best_only=hp["best_only"]))
+
+
 def _gigpo(x: EstimatorInputs, hp: Mapping[str, Any]):
     return gigpo.gigpo_advantages(
         x.rewards_BL, x.mask_BL, x.turn_end_BL, x.state_key_BL, x.group_ids_B, x.row_weight_B,
@@ -269,6 +276,10 @@ for _spec in (
                   level="episode",
                   description="ReMax: episode return minus the return of the task's greedy "
                               "episode (the trainer plays one per task)"),
+    EstimatorSpec(name="rft", fn=_rft, needs=("group_ids_B", "turn_end_BL", "won_B"),
+                  level="episode", defaults={"best_only": True},
+                  description="rejection-sampling fine-tuning: advantage 1 for each group's "
+                              "best winning episode (every win with best_only=False), else 0"),
     EstimatorSpec(name="gigpo", fn=_gigpo, needs=("group_ids_B", "turn_end_BL", "state_key_BL"),
                   level="turn", defaults={"step_weight": 1.0, "use_std": True},
                   description="GiGPO: GRPO episode advantage + step groups of turns acting in "

@@ -353,6 +353,7 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             np.asarray(rewards), np.asarray(mask), np.ones((len(eps),), np.float32),
             values_BL=values, turn_end_BL=np.asarray(turn_end), state_key_BL=np.asarray(keys),
             group_ids_B=np.asarray([e.group_id for e in eps], np.int32), bootstrap_B=bootstrap,
+            won_B=np.asarray([e.won for e in eps], np.float32),
             baseline_B=(greedy_baseline.baseline_returns(greedy, eps, gamma=c.rl.gamma,
                                                          turn_cost=c.rl.turn_cost)
                         if self.needs_greedy else None))
