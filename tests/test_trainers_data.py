@@ -157,3 +157,17 @@ def test_rename_prob_renames_that_share_of_rl_tasks(tiny_games_dir):
     c.env.family = "swe"
     with pytest.raises(ValueError, match="cannot rename"):
         data.task_renamer(c, sets)
+
+
+def test_rl_update_steps_count_the_greedy_member():
+    from configs import default
+    c = default.get_config()
+    c.unlock()
+    c.rollout.update(dict(tasks_per_iter=8, group_size=4))
+    c.rl.update(dict(epochs=2, minibatch_rows=32))
+    # 8 x 4 episodes of ~6 turn rows: 192 rows, 6 minibatches, 2 epochs, 40 iterations.
+    assert data.rl_update_steps(c, 192, 40) == 40 * 2 * 6
+    # The greedy episode of each task joins the update: 192 * 40 / 32 = 240 rows, 8 minibatches.
+    c.rollout.greedy_member = True
+    assert data.rl_update_steps(c, 192, 40) == 40 * 2 * 8
+    assert data.rl_update_steps(c, 0, 0) == 1

@@ -46,6 +46,23 @@ def budget_plan(c: ml_collections.ConfigDict) -> dict[str, int]:
     return {"sft_demos": demos, "rl_episodes": rl_episodes}
 
 
+def rl_update_steps(c: ml_collections.ConfigDict, rows_per_rollout: int, rl_iters: int) -> int:
+    """The RL phase's update steps, for the learning-rate schedule (an estimate where the rows
+    of an episode vary, e.g. one row per turn):
+
+        rows  = ceil(rows_per_rollout * E / (N * G)),   E = N * G (+ N with greedy_member)
+        steps = iterations * epochs * ceil(rows / minibatch_rows)
+
+    ``rows_per_rollout``: the trainer's estimate of the update rows of one iteration's N x G
+    sampled episodes (N = rollout.tasks_per_iter, G = rollout.group_size). With
+    ``rollout.greedy_member`` each task's greedy episode joins the update too.
+    """
+    sampled = c.rollout.tasks_per_iter * c.rollout.group_size
+    episodes = sampled + (c.rollout.tasks_per_iter if c.rollout.greedy_member else 0)
+    rows = -(-rows_per_rollout * episodes // sampled)
+    return max(1, rl_iters * c.rl.epochs * -(-rows // c.rl.minibatch_rows))
+
+
 TASK_ORDERS = ("stream", "sample")
 
 

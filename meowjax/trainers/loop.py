@@ -114,8 +114,7 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         self.batch_rows = per_iter
         self.rl_iters = self.plan["rl_episodes"] // per_iter
         self.sft_steps = c.sft.epochs * -(-len(self.sft_rows) // c.sft.batch_rows)
-        updates_per_iter = c.rl.epochs * -(-self.rows_per_iter_estimate() // c.rl.minibatch_rows)
-        rl_steps = max(1, self.rl_iters * updates_per_iter)
+        rl_steps = data.rl_update_steps(c, self.rows_per_iter_estimate(), self.rl_iters)
         # Without training the optimizers only give the checkpointed state its structure.
         self.sft_opt = optim.optimizer_from_config(c.sft, max(1, self.sft_steps))
         self.rl_opt = optim.optimizer_from_config(c.rl, rl_steps)
