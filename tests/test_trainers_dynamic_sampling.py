@@ -42,27 +42,29 @@ def test_fill_groups_draws_until_enough_and_renumbers():
         return [_traj(g, [1.0 if (g == 1 and i == 0) else 0.0], task=f"d{draw}g{g}")
                 for g in range(3) for i in range(2)]
 
-    eps, first, stats = ds.fill_groups(play, want=2, max_draws=5, turn_cost=0.0)
+    eps, stats = ds.fill_groups(play, want=2, max_draws=5, turn_cost=0.0)
     assert draws_played == [0, 1]
     assert [e.task_id for e in eps] == ["d0g1", "d0g1", "d1g1", "d1g1"]
     assert [e.group_id for e in eps] == [0, 0, 1, 1]
-    assert len(first) == 6 and stats["rollout/extra_draws"] == 1.0
+    assert stats["rollout/extra_draws"] == 1.0
     assert stats["rollout/informative_share"] == pytest.approx(1 / 3)
     assert stats["rollout/update_groups"] == 2.0
 
 
 def test_fill_groups_stops_at_max_draws_and_falls_back_to_the_first_draw():
-    play = lambda draw: [_traj(0, [1.0]), _traj(0, [1.0])]   # always all-win
-    eps, first, stats = ds.fill_groups(play, want=4, max_draws=2, turn_cost=0.0)
-    assert eps is first and stats["rollout/extra_draws"] == 2.0
+    played = []
+    play = lambda draw: played.append([_traj(0, [1.0]), _traj(0, [1.0])]) or played[-1]  # all-win
+    eps, stats = ds.fill_groups(play, want=4, max_draws=2, turn_cost=0.0)
+    assert len(played) == 3 and eps is played[0] and stats["rollout/extra_draws"] == 2.0
     assert stats["rollout/update_groups"] == 0.0
 
 
 def test_fill_groups_off_returns_the_first_draw_unchanged():
-    calls = []
-    play = lambda draw: calls.append(draw) or [_traj(5, [1.0]), _traj(5, [1.0])]
-    eps, first, stats = ds.fill_groups(play, want=4, max_draws=0, turn_cost=0.0)
-    assert calls == [0] and eps is first and stats == {} and eps[0].group_id == 5
+    calls, played = [], []
+    play = lambda draw: calls.append(draw) or played.append([_traj(5, [1.0]), _traj(5, [1.0])]) \
+        or played[-1]
+    eps, stats = ds.fill_groups(play, want=4, max_draws=0, turn_cost=0.0)
+    assert calls == [0] and eps is played[0] and stats == {} and eps[0].group_id == 5
     with pytest.raises(ValueError, match="dynamic_draws"):
         ds.fill_groups(play, want=4, max_draws=-1, turn_cost=0.0)
 

@@ -54,11 +54,11 @@ def informative_groups(trajs: Sequence[trajectory.Trajectory], turn_cost: float
 
 def fill_groups(play_draw: Callable[[int], list[trajectory.Trajectory]], *, want: int,
                 max_draws: int, turn_cost: float
-                ) -> tuple[list[trajectory.Trajectory], list[trajectory.Trajectory], dict[str, Any]]:
+                ) -> tuple[list[trajectory.Trajectory], dict[str, Any]]:
     """Plays draw 0 (the iteration's own tasks), then draws 1..max_draws while fewer than
     ``want`` informative groups were found.
 
-    Returns (the episodes to update on, draw 0's episodes, stats). The kept groups are
+    Returns (the episodes to update on, stats). The kept groups are
     renumbered 0..n-1 (group ids of separate draws overlap). With ``max_draws = 0`` the update
     episodes are draw 0's, unchanged.
     """
@@ -66,7 +66,7 @@ def fill_groups(play_draw: Callable[[int], list[trajectory.Trajectory]], *, want
         raise ValueError(f"rollout.dynamic_draws={max_draws} must be >= 0 (0 = off).")
     first = play_draw(0)
     if max_draws == 0:
-        return first, first, {}
+        return first, {}
     groups = informative_groups(first, turn_cost)
     stats = {"rollout/informative_share": len(groups) / max(1, len(split_groups(first)))}
     draws = 0
@@ -76,9 +76,9 @@ def fill_groups(play_draw: Callable[[int], list[trajectory.Trajectory]], *, want
     groups = groups[:want]
     stats.update({"rollout/extra_draws": float(draws), "rollout/update_groups": float(len(groups))})
     if not groups:
-        return first, first, stats
+        return first, stats
     for gid, group in enumerate(groups):
         for tr in group:
             tr.group_id = gid
-    return [tr for group in groups for tr in group], first, stats
+    return [tr for group in groups for tr in group], stats
 

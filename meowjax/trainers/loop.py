@@ -330,7 +330,7 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             return trajs
 
         with preemption.interruptible():   # the state is unchanged until the update
-            eps, _, fill_stats = dynamic_sampling.fill_groups(
+            eps, fill_stats = dynamic_sampling.fill_groups(
                 play_draw, want=c.rollout.tasks_per_iter, max_draws=c.rollout.dynamic_draws,
                 turn_cost=c.rl.turn_cost)
         t_roll = time.time() - t0
