@@ -106,10 +106,12 @@ def make_batch(cfg: config_lib.ModelConfig, batch: int, length: int, seed: int =
 
 
 def pg_objective() -> objective.ObjectiveConfig:
-    """The PG objective of the base config (PPO clip 0.2, no KL/entropy in the loss)."""
+    """The PG objective of the base config (PPO clip 0.2, no KL/entropy in the loss, no TIS:
+    the batch carries the sampler's log-probs only)."""
     algo = common.base_config().rl
     algo.unlock()
     algo.clip_eps = CLIP_EPS
+    algo.tis = "off"
     return objective.ObjectiveConfig.from_section(algo)
 
 

@@ -121,11 +121,16 @@ def base_config() -> ml_collections.ConfigDict:
     # and a telescoping process reward they are free). bootstrap_truncated: the critic
     # estimators continue an episode cut by its turn budget from the critic's value instead of
     # 0 (meowjax.trainers.returns); episodes that ended are unaffected.
+    # tis: token-level truncated importance sampling between sampler and trainer: pi_old of the
+    # PPO ratio is the trainer's own recomputation, each unit weighted by min(pi_old/mu, tis_cap)
+    # ("truncate") or 1 inside the ratio band tis_band, else 0 ("mask"); "auto" = "truncate" for a
+    # bf16 model, "off" in fp32.
     c.rl = ml_collections.ConfigDict(dict(
         estimator="rloo", gamma=1.0, lam=1.0, whiten_advantages=False, agg="token_mean",
         loss_norm="iteration", turn_cost=0.0, bootstrap_truncated=True,
         clip_eps=0.2, clip_eps_high=0.0, dual_clip=0.0, value_clip=0.5,
         kl_coef=0.0, kl_kind="k3", kl_in_loss=True, entropy_coef=0.0,
+        tis="auto", tis_cap=2.0, tis_band=(0.5, 2.0),
         epochs=2, minibatch_rows=32, lr=3e-4, lr_schedule="cosine", critic_lr=1e-3,
         warmup_steps=5, grad_clip=1.0,
         weight_decay=0.0, lm_coef=0.0))

@@ -84,7 +84,7 @@ _SCRIPT = textwrap.dedent(
     state = t._rl_state(state.params)
     out["fresh_rl_ok"] = all(same(state, want_rl))
     rows = [dict(r) for r in t.sft_rows[:8]]
-    refl, vals = t._old_terms(state, ref, rows)
+    refl, vals, _ = t._old_terms(state, ref, rows)   # no TIS (fp32): None
     old = refl  # the reference is a copy of the policy here: its log-probs are the policy's
     for k, r in enumerate(rows):
         r.update(old_logp=np.float32(old[k]), adv=np.float32((-1) ** k * (1 + k / 8)),

@@ -35,10 +35,12 @@ from meowjax.rl.gigpo import (
 )
 from meowjax.rl.losses import (
     KL_KINDS,
+    TIS_MODES,
     entropy_from_logits,
     kl_loss,
     kl_penalty,
     ppo_policy_loss,
+    tis_weights,
     value_loss,
 )
 from meowjax.rl.reduce import AGG_MODES, masked_aggregate, masked_mean, masked_whiten
@@ -50,6 +52,7 @@ __all__ = [
     "EstimatorSpec",
     "HParams",
     "KL_KINDS",
+    "TIS_MODES",
     "broadcast_episode_advantage",
     "broadcast_turn_ends",
     "compute_advantages",
@@ -72,6 +75,7 @@ __all__ = [
     "rloo_advantages",
     "step_advantages",
     "step_groups",
+    "tis_weights",
     "token_gae",
     "turn_gae",
     "turn_ids",

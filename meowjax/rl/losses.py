@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from meowjax.rl.reduce import check_BL, masked_aggregate, masked_mean, valid_BL
 
 KL_KINDS: Final[tuple[str, ...]] = ("k1", "k2", "k3")
+TIS_MODES: Final[tuple[str, ...]] = ("off", "truncate", "mask")
 
 
 def _float(x: chex.Array) -> chex.Array:
@@ -67,6 +68,62 @@ def kl_loss(
     return masked_aggregate(kl_BL, mask_BL, row_weight_B, agg, norm)
 
 
+def tis_weights(
+    trainer_logp_BL: chex.Array,
+    sampler_logp_BL: chex.Array,
+    mask_BL: chex.Array,
+    row_weight_B: chex.Array,
+    *,
+    mode: str = "truncate",
+    cap: float = 2.0,
+    band: tuple[float, float] = (0.5, 2.0),
+) -> tuple[chex.Array, dict[str, chex.Array]]:
+    """Token-level truncated importance sampling (TIS) weights between sampler and trainer.
+
+    Units are sampled by the sampler's policy (`mu`, e.g. a bf16 decode) while the trainer's
+    own computation of the same policy at the same parameters (`pi_old`) differs slightly.
+    With `r_u = exp(log pi_old(u) - log mu(u))`:
+
+        "truncate":  w_u = min(r_u, C)                 (C = `cap`)
+        "mask":      w_u = 1[lo <= r_u <= hi]           ((lo, hi) = `band`)
+        "off":       w_u = 1
+
+    Invalid units (masked or padded row) get weight 0. Both inputs are constants
+    (stop_gradient): the weight multiplies a unit's policy-gradient term, it is not trained.
+
+    Returns:
+      `(weights_BL, metrics)`; metrics (means over valid units, fixed keys per mode):
+      `ratio_mean` (mean r_u), and `clipped_share` (truncate: r_u > C) or `masked_share`
+      (mask: r_u outside the band).
+    """
+    check_BL("tis_weights", trainer_logp_BL, mask_BL, row_weight_B)
+    chex.assert_equal_shape([trainer_logp_BL, sampler_logp_BL], custom_message="tis_weights")
+    if mode not in TIS_MODES:
+        raise ValueError(f"Unknown TIS mode {mode!r}; choose one of {list(TIS_MODES)}.")
+    valid = valid_BL(mask_BL, row_weight_B)
+    d_BL = jax.lax.stop_gradient(
+        jnp.where(valid, _float(trainer_logp_BL) - _float(sampler_logp_BL), 0))
+    ratio_BL = jnp.exp(d_BL)
+
+    def mean(x):
+        return masked_mean(x, mask_BL, row_weight_B)
+
+    metrics = {"ratio_mean": mean(ratio_BL)}
+    if mode == "truncate":
+        _check_above("TIS cap", cap, 0.0)
+        clipped = ratio_BL > cap
+        weights_BL = jnp.exp(jnp.minimum(d_BL, jnp.log(jnp.asarray(cap, d_BL.dtype))))
+        metrics["clipped_share"] = mean(clipped.astype(jnp.float32))
+    elif mode == "mask":
+        lo, hi = band
+        inside = (ratio_BL >= lo) & (ratio_BL <= hi)
+        weights_BL = inside.astype(d_BL.dtype)
+        metrics["masked_share"] = mean((~inside).astype(jnp.float32))
+    else:
+        weights_BL = jnp.ones_like(d_BL)
+    return jnp.where(valid, weights_BL, 0), metrics
+
+
 def ppo_policy_loss(
     logp_BL: chex.Array,
     old_logp_BL: chex.Array,
@@ -79,6 +136,7 @@ def ppo_policy_loss(
     dual_clip: float | None = None,
     agg: str = "token_mean",
     norm: chex.Array | None = None,
+    weight_BL: chex.Array | None = None,
 ) -> tuple[chex.Array, dict[str, chex.Array]]:
     """PPO clipped surrogate with optional asymmetric upper clip and dual clip.
 
@@ -87,7 +145,8 @@ def ppo_policy_loss(
         l_t = max(-A_t rho_t, -A_t clip(rho_t, 1 - clip_eps, 1 + eps_hi))
         l_t = min(l_t, -c A_t)        where A_t < 0, if dual_clip c (> 1) is given
 
-    aggregated with `masked_aggregate(l, mask, row_weight, agg, norm)`. `old_logp` and `adv`
+    aggregated with `masked_aggregate(l, mask, row_weight, agg, norm)`; with `weight_BL` (e.g.
+    `tis_weights`) each `l_t` is first multiplied by `w_t`. `old_logp`, `adv` and `weight_BL`
     are treated as constants (stop_gradient).
 
     Returns:
@@ -98,6 +157,8 @@ def ppo_policy_loss(
     """
     check_BL("ppo_policy_loss", logp_BL, mask_BL, row_weight_B)
     chex.assert_equal_shape([logp_BL, old_logp_BL, adv_BL], custom_message="ppo_policy_loss")
+    if weight_BL is not None:
+        chex.assert_equal_shape([logp_BL, weight_BL], custom_message="ppo_policy_loss weight")
     if dual_clip is not None:
         _check_above("dual_clip (e.g. 3.0, or None to disable)", dual_clip, 1.0)
     _check_above("clip_eps", clip_eps, 0.0)
@@ -116,6 +177,8 @@ def ppo_policy_loss(
         bound = -adv * dual_clip
         dual_active = (adv < 0) & (loss > bound)
         loss = jnp.where(dual_active, bound, loss)
+    if weight_BL is not None:
+        loss = loss * jax.lax.stop_gradient(jnp.where(valid, _float(weight_BL), 0))
 
     def mean(x):
         return masked_mean(x, mask_BL, row_weight_B)

@@ -11,6 +11,14 @@ else — clipping, KL, entropy bonus, aggregation, the critic — is written her
     L      = L_pg - c_ent mean_u H_u + c_kl [kl_in_loss] agg_u KL_k(pi || pi_ref)_u + c_lm LM
     L_V    = agg_u 0.5 max((V_u - R_u)^2, (V_clip,u - R_u)^2)
 
+Truncated importance sampling (`tis` "truncate" / "mask"): the units were sampled by the
+sampler's computation of pi_old (`old_logp`, e.g. a bf16 decode), which differs from the
+trainer's own (`trainer_old_logp`, same parameters): then pi_old in rho_u is the trainer's and
+each unit's PG term is weighted by w_u = min(exp(log pi_old^trainer(u) - log mu(u)), C), or by
+1[lo <= exp(.) <= hi] ("mask"; `losses.tis_weights`):
+
+    L_pg   = agg_u w_u max(-A_u rho_u, -A_u clip(rho_u, ...))
+
 With `kl_in_loss=False` the KL is folded into the rewards before the advantages instead
 (`kl_rewards`), with the same estimator `kl_kind`. A batch may carry `loss_norm` (per row, the
 same number): the fixed denominator of every aggregate above (see `reduce.masked_aggregate`),
@@ -27,6 +35,9 @@ import jax
 import jax.numpy as jnp
 
 from meowjax.rl import advantages, losses, reduce
+
+# `rl.tis`: "auto" is "truncate" for a model computing in bf16, "off" in fp32 (`resolve_tis`).
+TIS_CHOICES = ("auto", *losses.TIS_MODES)
 
 
 class PolicyTerms(NamedTuple):
@@ -46,7 +57,9 @@ class ObjectiveConfig:
     """The objective's hyper-parameters (the `rl` config section's fields of the same names).
 
     `clip_eps_high`, `dual_clip`, `value_clip`: 0 disables. `agg`: one of `reduce.AGG_MODES`,
-    used for the policy, KL and value terms."""
+    used for the policy, KL and value terms. `tis`: one of `TIS_CHOICES`; "auto" is resolved by
+    the trainer from the model's compute dtype (`resolve_tis`) before any loss is built.
+    `tis_cap`: C of "truncate" (>= 1); `tis_band`: (lo, hi) of "mask" (0 <= lo <= 1 <= hi)."""
 
     clip_eps: float = 0.2
     clip_eps_high: float = 0.0
@@ -58,12 +71,25 @@ class ObjectiveConfig:
     entropy_coef: float = 0.0
     lm_coef: float = 0.0
     agg: str = "token_mean"
+    tis: str = "off"
+    tis_cap: float = 2.0
+    tis_band: tuple[float, float] = (0.5, 2.0)
 
     def __post_init__(self):
         if self.agg not in reduce.AGG_MODES:
             raise ValueError(f"rl.agg={self.agg!r}; choose one of {list(reduce.AGG_MODES)}.")
         if self.kl_kind not in losses.KL_KINDS:
             raise ValueError(f"rl.kl_kind={self.kl_kind!r}; choose one of {list(losses.KL_KINDS)}.")
+        if self.tis not in TIS_CHOICES:
+            raise ValueError(f"rl.tis={self.tis!r}; choose one of {list(TIS_CHOICES)}.")
+        if not self.tis_cap >= 1.0:
+            raise ValueError(f"rl.tis_cap={self.tis_cap!r}; must be >= 1 (the largest weight of "
+                             "a unit, e.g. 2.0).")
+        band = tuple(self.tis_band)
+        if not (len(band) == 2 and 0.0 <= band[0] <= 1.0 <= band[1] and band[0] < band[1]):
+            raise ValueError(f"rl.tis_band={self.tis_band!r}; must be (lo, hi) with "
+                             "0 <= lo <= 1 <= hi, lo < hi (e.g. (0.5, 2.0)).")
+        object.__setattr__(self, "tis_band", tuple(float(x) for x in band))
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> "ObjectiveConfig":
@@ -74,6 +100,19 @@ class ObjectiveConfig:
     def needs_ref(self) -> bool:
         """Reference log-probs are needed only for a KL term (in the loss or in the rewards)."""
         return self.kl_coef > 0
+
+    @property
+    def uses_tis(self) -> bool:
+        """Whether the PG loss reads the trainer's own pi_old (`trainer_old_logp`) per unit."""
+        return self.tis not in ("off", "auto")
+
+    def resolve_tis(self, compute_dtype: Any) -> "ObjectiveConfig":
+        """This config with `tis="auto"` made concrete: "truncate" where the model computes in a
+        dtype narrower than fp32 (bf16: sampler and trainer log-probs differ), else "off"."""
+        if self.tis != "auto":
+            return self
+        narrow = jnp.dtype(compute_dtype).itemsize < 4
+        return dataclasses.replace(self, tis="truncate" if narrow else "off")
 
 
 def _opt(x: float) -> float | None:
@@ -92,17 +131,28 @@ def loss_norm(batch: Mapping[str, chex.Array]) -> chex.Array | None:
 
 def policy_loss(terms: PolicyTerms, batch: Mapping[str, chex.Array], cfg: ObjectiveConfig,
                 prefix: str = "pg") -> tuple[chex.Array, dict[str, chex.Array]]:
-    """The PG loss above; `batch` holds `old_logp`, `adv`, `ref_logp` per unit and `row_weight`.
+    """The PG loss above; `batch` holds `old_logp`, `adv`, `ref_logp` per unit and `row_weight`
+    (and `trainer_old_logp` per unit with TIS).
 
     Metrics (fixed keys): policy_loss, entropy, kl_ref (0 without a KL term: no reference pass
-    ran), lm_loss, clip_fraction, approx_kl, logp_mismatch_max (|log pi - log pi_old|: on the
-    sampling params, the sampler-vs-trainer gap)."""
+    ran), lm_loss, clip_fraction, approx_kl, logp_mismatch_max (|log pi - log pi_old|, pi_old
+    the sampler's: on the sampling params, the sampler-vs-trainer gap); with TIS also
+    tis_ratio_mean and tis_clipped_share ("truncate") or tis_masked_share ("mask")."""
+    if cfg.tis == "auto":
+        raise ValueError("rl.tis='auto' must be resolved from the model's compute dtype "
+                         "(ObjectiveConfig.resolve_tis) before the objective is built.")
     logp, mask, w = terms.logp_BU, terms.mask_BU, batch["row_weight"]
     old, adv = units(batch["old_logp"]), units(batch["adv"])
     norm = loss_norm(batch)
-    pg, m = losses.ppo_policy_loss(logp, old, adv, mask, w, clip_eps=cfg.clip_eps,
+    pi_old, tis_w, tis_m = old, None, {}
+    if cfg.uses_tis:
+        pi_old = units(batch["trainer_old_logp"])
+        tis_w, tis_m = losses.tis_weights(pi_old, old, mask, w, mode=cfg.tis, cap=cfg.tis_cap,
+                                          band=cfg.tis_band)
+    pg, m = losses.ppo_policy_loss(logp, pi_old, adv, mask, w, clip_eps=cfg.clip_eps,
                                    clip_eps_high=_opt(cfg.clip_eps_high),
-                                   dual_clip=_opt(cfg.dual_clip), agg=cfg.agg, norm=norm)
+                                   dual_clip=_opt(cfg.dual_clip), agg=cfg.agg, norm=norm,
+                                   weight_BL=tis_w)
     ent = reduce.masked_mean(terms.entropy_BU, mask, w)
     kl = (losses.kl_loss(logp, units(batch["ref_logp"]), mask, w, kind=cfg.kl_kind, agg=cfg.agg,
                          norm=norm)
@@ -117,7 +167,8 @@ def policy_loss(terms: PolicyTerms, batch: Mapping[str, chex.Array], cfg: Object
         loss = loss + cfg.lm_coef * terms.lm_nll
     metrics = {"policy_loss": pg, "entropy": ent, "kl_ref": kl, "lm_loss": terms.lm_nll,
                "clip_fraction": m["clip_fraction"], "approx_kl": m["approx_kl"],
-               "logp_mismatch_max": reduce.masked_max(jnp.abs(logp - old), mask, w)}
+               "logp_mismatch_max": reduce.masked_max(jnp.abs(logp - old), mask, w),
+               **{f"tis_{k}": v for k, v in tis_m.items()}}
     return loss, {f"{prefix}/{k}": v for k, v in metrics.items()}
 
 

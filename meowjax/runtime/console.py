@@ -168,11 +168,15 @@ class Progress:
 
 def rl_line(iteration: int, total: int, m: Mapping[str, float], eta: str = "") -> str:
     """One RL iteration: rollout success and return, KL (to the reference when the run has a KL
-    term, and the approximate KL of the update), entropy, and seconds (rollout + update)."""
+    term, and the approximate KL of the update), entropy, the TIS ratio and clipped (or masked)
+    share where the run has truncated importance sampling, and seconds (rollout + update)."""
     parts = [f"RL {iteration}/{total}:"]
     for key, name, spec in (("rollout/success", "success", ".3f"), ("rollout/return", "return", ".3g"),
                             ("pg/kl_ref", "kl_ref", ".3g"), ("pg/approx_kl", "approx_kl", ".2g"),
-                            ("pg/entropy", "entropy", ".3g")):
+                            ("pg/entropy", "entropy", ".3g"),
+                            ("pg/tis_ratio_mean", "tis_ratio", ".4g"),
+                            ("pg/tis_clipped_share", "tis_clipped", ".2g"),
+                            ("pg/tis_masked_share", "tis_masked", ".2g")):
         if key in m and not (key == "pg/kl_ref" and not m[key]):
             parts.append(f"{name} {float(m[key]):{spec}},")
     roll, upd = float(m.get("time/rollout_s", 0.0)), float(m.get("time/update_s", 0.0))

@@ -275,23 +275,28 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         return state
 
     def _old_terms(self, state, ref, rows):
-        """Per-row (reference log-prob, value) before the update, zeros for a term the run does
-        not use (no KL: no reference forward; no critic: no value forward). Chunks are cut and
-        padded like the update's (``update_batch_rows``), so the pass compiles once per shape
-        of the update."""
+        """Per-row (reference log-prob, value, the trainer's own log pi_old) before the update,
+        zeros for a term the run does not use (no KL: no reference forward; no critic: no value
+        forward), None for the last without truncated importance sampling (``rl.tis``: no
+        policy forward). Chunks are cut and padded like the update's (``update_batch_rows``),
+        so the pass compiles once per shape of the update."""
         c = self.c
-        if not (self.needs_ref or self.spec.needs_critic):
+        tis = self.objective.uses_tis
+        if not (self.needs_ref or self.spec.needs_critic or tis):
             zero = lambda r: self.row_units(np.zeros(len(r["tokens"]), np.float32), r)
-            return [zero(r) for r in rows], [zero(r) for r in rows]
+            return [zero(r) for r in rows], [zero(r) for r in rows], None
         mb = c.rl.minibatch_rows
-        refl, vals = [None] * len(rows), [None] * len(rows)
+        refl, vals, olds = [None] * len(rows), [None] * len(rows), [None] * len(rows)
+        policy = (state.params,) if tis else ()   # the sampling params: pi_old, trainer's
         for idx in buckets.length_grouped_minibatches([len(r["tokens"]) for r in rows], mb):
             chunk = [rows[j] for j in idx]
             batch = self.place.batch(self.pack(chunk, self.update_batch_rows(len(idx)), "old"))
-            rl_, v = multihost.to_host(self.old_terms(ref, state.value_params, batch))
+            out = multihost.to_host(self.old_terms(ref, state.value_params, batch, *policy))
             for k, (j, row) in enumerate(zip(idx, chunk)):
-                refl[j], vals[j] = self.row_units(rl_[k], row), self.row_units(v[k], row)
-        return refl, vals
+                refl[j], vals[j] = self.row_units(out[0][k], row), self.row_units(out[1][k], row)
+                if tis:
+                    olds[j] = self.row_units(out[2][k], row)
+        return refl, vals, (olds if tis else None)
 
     def _rl_iteration(self, state, ref, pool, it):
         c = self.c
@@ -335,9 +340,12 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                 turn_cost=c.rl.turn_cost)
         t_roll = time.time() - t0
         rows = self.update_rows(eps)
-        refl, vals = self._old_terms(state, ref, rows)
+        refl, vals, olds = self._old_terms(state, ref, rows)
         for row, r, v in zip(rows, refl, vals):
             row.update(ref_logp=r, old_value=v)
+        if olds is not None:   # truncated importance sampling: the trainer's own pi_old
+            for row, o in zip(rows, olds):
+                row["trainer_old_logp"] = o
         rewards, mask, turn_end, keys = self.matrices(eps, rows)
         rewards = returns.with_turn_cost(rewards, mask, turn_end, c.rl.turn_cost)
         fold_kl = self.objective if self.needs_ref and not c.rl.kl_in_loss else None

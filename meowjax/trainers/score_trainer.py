@@ -41,6 +41,8 @@ class ScoreTrainer(loop.AgentTrainer):
         kw = dict(max_cands=c.policy.max_cands, norm=c.policy.score_norm)
         self.score_fn = score_steps.make_score_fn(self.cfg, **kw)
         self.units = score_steps.ScoreUnits(self.cfg, **kw)
+        # rl.tis="auto": truncated importance sampling where the model computes in bf16.
+        self.objective = self.objective.resolve_tis(self.cfg.dtype)
 
     def set_state_budget(self, on: bool) -> None:
         """Whether prompts state the turn budget from now on (an evaluation that prompts a

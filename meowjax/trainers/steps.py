@@ -6,6 +6,7 @@ An interface describes its units (tokens for free text, turns for candidate scor
     SFT:        L = -agg_u log pi(expert u) + c_lm LM                      (tau = 1)
     PG:         L = PPO_clip + KL / entropy / LM terms   [+ critic: clipped value loss]
     old terms:  (log pi_ref(u), V(u)) before the update, zeros for a term the run does not use
+                [+ log pi_old(u), the trainer's own, for truncated importance sampling]
     advantages: the estimator on an RL iteration's ``[E, X]`` matrices
 """
 
@@ -68,17 +69,22 @@ def make_pg_step(units: Units, optimizer: optax.GradientTransformation,
 
 
 def make_old_terms(units: Units, *, temperature: float, needs_ref: bool, needs_critic: bool):
-    """jit(ref_params, vparams, batch) -> (ref log pi per unit, V per unit), each `[B, U]`,
-    zeros for the term not needed. The current policy's log-probs are the sampler's (checked by
-    the update's first minibatch: ``pg/logp_mismatch_max``), not recomputed here."""
+    """jit(ref_params, vparams, batch[, params]) -> (ref log pi per unit, V per unit[, log pi
+    per unit]), each `[B, U]`, zeros for the term not needed. Without ``params`` the current
+    policy's log-probs are the sampler's (checked by the update's first minibatch:
+    ``pg/logp_mismatch_max``), not recomputed here; with ``params`` (the sampling parameters:
+    truncated importance sampling, ``rl.tis``) the trainer's own log pi_old comes third, from
+    one more forward pass."""
 
     @jax.jit
-    def old_terms(ref_params, vparams, batch):
+    def old_terms(ref_params, vparams, batch, params=None):
         zeros = jnp.zeros(units.mask(batch).shape, jnp.float32)
         ref = (units.policy_terms(ref_params, batch, temperature, with_lm=False).logp_BU
                if needs_ref else zeros)
         values = units.values(vparams, batch) if needs_critic else zeros
-        return ref, values
+        if params is None:
+            return ref, values
+        return ref, values, units.policy_terms(params, batch, temperature, with_lm=False).logp_BU
 
     return old_terms
 

@@ -67,6 +67,8 @@ class TextTrainer(loop.AgentTrainer):
 
     def setup_steps(self) -> None:
         self.units = text_steps.TokenUnits(self.cfg)
+        # rl.tis="auto": truncated importance sampling where the model computes in bf16.
+        self.objective = self.objective.resolve_tis(self.cfg.dtype)
 
     def make_sft_rows(self, expert):
         rows = []
