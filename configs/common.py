@@ -44,6 +44,9 @@ def base_config() -> ml_collections.ConfigDict:
 
     # Environment and game sets. Difficulty names follow w{world}-o{objects}-q{quest}.
     # The RL pool: num_train games of the training difficulty + num_train_hard of the harder one.
+    # num_eval_transfer: held-out games of a third difficulty (transfer_*) that no phase trains
+    # on. num_curve: validation games of the harder difficulty played greedily during RL every
+    # eval.curve_every iterations (the held-out learning curve; TextWorld).
     # sandbox (code repair only): how model-written code runs. "namespaces" isolates it (own
     # user/mount/PID/network namespaces; the run refuses to start where they are unavailable);
     # "best_effort" runs it as this user with process limits only: trusted code only.
@@ -54,7 +57,8 @@ def base_config() -> ml_collections.ConfigDict:
         cache_dir="data/games", kind="custom", world_size=2, nb_objects=3, quest_length=4,
         level=1, num_train=100, num_sft=60, num_eval=40, eval_split="test",
         hard_world_size=3, hard_nb_objects=5, hard_quest_length=6, num_eval_hard=40,
-        num_train_hard=0, gen_workers=2))
+        num_train_hard=0, gen_workers=2, transfer_world_size=4, transfer_nb_objects=6,
+        transfer_quest_length=8, num_eval_transfer=0, num_curve=0))
     # Turn budgets. budget_mix: if non-empty, each training episode's budget is drawn from it.
     c.turns = ml_collections.ConfigDict(dict(max_turns=12, budget_mix=(), eval_max_turns=12))
 
@@ -148,8 +152,12 @@ def base_config() -> ml_collections.ConfigDict:
         heartbeat_timeout_s=100), type_safe=False)
     # Greedy success on both held-out splits at the start of RL and at the end; Pass@(K,T) from
     # num_samples sampled episodes per game at the end (and at the start if sample_start).
+    # sampled_split: the held-out set whose sampled episodes give Pass@(K,T) and the per-turn
+    # diagnostics ("eval" or "eval_hard"). curve_every: RL iterations between two points of the
+    # held-out learning curve on games.num_curve games (0 = no curve).
     c.eval = ml_collections.ConfigDict(dict(every_iters=10, num_samples=4, sample_start=True,
-                                            pass_ks=(1, 2, 4), pass_ts=(4, 6, 8, 12)))
+                                            pass_ks=(1, 2, 4), pass_ts=(4, 6, 8, 12),
+                                            sampled_split="eval", curve_every=0))
     c.checkpoint = ml_collections.ConfigDict(dict(every_iters=10, max_to_keep=2))
     c.log = ml_collections.ConfigDict(dict(every_steps=1))
     return c

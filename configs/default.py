@@ -72,11 +72,14 @@ def get_config(arg=None):
                      kl_coef=0.01, kl_kind="k3", kl_in_loss=True))
     c.turns.update(dict(max_turns=12, eval_max_turns=12))
     c.eval.update(dict(every_iters=0, num_samples=2, sample_start=True, pass_ks=(1, 2),
-                       pass_ts=(4, 6, 8, 12)))
+                       pass_ts=(4, 6, 8, 12), sampled_split="eval_hard", curve_every=5))
     c.checkpoint.every_iters = 5
     if arg.smoke:
-        c.games.update(dict(num_train=4, num_sft=3, num_eval=3, num_eval_hard=2,
-                            hard_world_size=2, hard_nb_objects=4, hard_quest_length=5))
+        c.games.update(dict(num_train=4, num_train_hard=0, num_sft=3, num_eval=3,
+                            num_eval_hard=2, num_eval_transfer=2, num_curve=2,
+                            hard_world_size=2, hard_nb_objects=4, hard_quest_length=5,
+                            transfer_world_size=2, transfer_nb_objects=3,
+                            transfer_quest_length=5))
         c.budget.update(dict(total_episodes=40, sft_share=0.5))
         c.model.update(dict(preset="tiny", vocab_size=400))
         c.model.overrides = {}
@@ -87,7 +90,8 @@ def get_config(arg=None):
         c.sft.update(dict(epochs=2, batch_rows=8, augment_copies=1))
         c.rl.update(dict(epochs=1, minibatch_rows=16, lr_schedule="cosine", turn_cost=0.0))
         c.turns.update(dict(max_turns=6, eval_max_turns=6))
-        c.eval.update(dict(every_iters=0, num_samples=2, pass_ks=(1, 2), pass_ts=(2, 4, 6)))
+        c.eval.update(dict(every_iters=0, num_samples=2, pass_ks=(1, 2), pass_ts=(2, 4, 6),
+                           curve_every=2))
         c.checkpoint.every_iters = 2
     c.lock()
     return c

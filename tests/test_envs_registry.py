@@ -198,11 +198,13 @@ def test_family_from_a_test_file_trains_through_the_smoke_schedule(corridor, tmp
     out = run.run(c, str(tmp_path))
     assert out["rl_iters"] >= 1
     report_md = (tmp_path / "report.md").read_text()
-    assert "corridor 2-3 rooms held-out" in report_md
+    assert "corridor 2-3 rooms (SFT demonstrations and 4 of 4 RL games)" in report_md
     assert "4 corridor training tasks" in report_md
     with open(os.path.join(tmp_path, "evals.json"), encoding="utf-8") as f:
         evals = json.load(f)
+    assert "curve" not in evals   # a family without the optional sets: none evaluated
     for tag in ("start", "final"):
+        assert "eval_transfer" not in evals[tag]
         for split, n in (("eval", 3), ("eval_hard", 2)):
             e = evals[tag][split]
             assert e["n"] == n and 0.0 <= e["success"] <= 1.0

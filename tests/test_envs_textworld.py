@@ -96,11 +96,12 @@ def test_tw_make_args_parse_with_tw_make():
 def test_split_seed_ranges_are_disjoint_and_checked():
     ranges = sorted(SPLIT_SEED_RANGES.values())
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))
-    assert SPLIT_SEED_RANGES["test"] == (1, 100)
+    assert SPLIT_SEED_RANGES["test"] == (1, 19999)
     assert split_seeds("train", 3) == [30001, 30002, 30003]
     assert split_seeds("sft", 2, offset=5) == [40006, 40007]
-    with pytest.raises(EnvError, match="split 'test' has seeds 1..100"):
-        split_seeds("test", 101)
+    assert split_seeds("test", 2, offset=100) == [101, 102]
+    with pytest.raises(EnvError, match="split 'test' has seeds 1..19999"):
+        split_seeds("test", 20000)
     with pytest.raises(EnvError, match="Unknown split"):
         split_seeds("dev", 1)
     with pytest.raises(EnvError, match="kind"):
@@ -273,6 +274,7 @@ def test_failed_seeds_are_skipped_and_refilled(tmp_path, monkeypatch):
     from meowjax.envs import textworld_games
 
     made = []
+    monkeypatch.setitem(textworld_games.SPLIT_SEED_RANGES, "test", (1, 100))  # runs out sooner
 
     def fake_make(spec, seed, game_dir):
         made.append(seed)

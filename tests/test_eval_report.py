@@ -127,3 +127,14 @@ def test_pass_at_k_t_comparison_and_curve_extremes(tmp_path):
     with pytest.raises(ValueError, match="grids differ"):
         report.write_report(tmp_path, "Bad", [report.PassKTComparison(
             "x", before, passk.estimate_pass_at_k_t(_records(rng), [1], [2, 4], n_boot=10))])
+
+
+def test_moving_mean_matches_a_loop():
+    from meowjax.eval import plots
+    rng = np.random.default_rng(3)
+    y = rng.uniform(size=17)
+    for window in (1, 3, 5, 40):
+        want = [np.mean(y[max(0, i - window + 1):i + 1]) for i in range(len(y))]
+        np.testing.assert_allclose(plots.moving_mean(y, window), want, rtol=1e-12)
+    with pytest.raises(ValueError, match="window"):
+        plots.moving_mean(y, 0)

@@ -42,7 +42,7 @@ def test_env_specs_and_pool_words_per_family():
         "textworld", dict(reward_mode="process", invalid_action_penalty=0.0, admissible=True,
                           compact=True), wrapper="process")
     c.unlock()
-    c.env.reward_mode, c.games.num_train_hard = "sparse", 8
+    c.env.reward_mode, c.games.num_train, c.games.num_train_hard = "sparse", 320, 8
     assert data.env_spec(c, admissible=False) == EnvSpec(
         "textworld", dict(reward_mode="sparse", invalid_action_penalty=0.0, admissible=False,
                           compact=True))
@@ -171,3 +171,19 @@ def test_rl_update_steps_count_the_greedy_member():
     c.rollout.greedy_member = True
     assert data.rl_update_steps(c, 192, 40) == 40 * 2 * 8
     assert data.rl_update_steps(c, 0, 0) == 1
+
+
+def test_held_out_sets_are_named_by_difficulty_and_by_what_training_saw():
+    from configs import default
+    c = default.get_config()
+    c.unlock()
+    c.games.update(dict(num_train=80, num_train_hard=240))
+    assert [data.set_difficulty(c, s) for s in (*data.HELD_OUT, "curve")] == [
+        "w2-o3-q4", "w3-o5-q6", "w4-o6-q8", "w3-o5-q6"]
+    demos = data.budget_plan(c)["sft_demos"]
+    assert demos > 0
+    assert data.set_role(c, "eval") == "SFT demonstrations and 80 of 320 RL games"
+    assert data.set_role(c, "eval_hard") == "240 of 320 RL games"
+    assert data.set_role(c, "eval_transfer") == "never trained on"
+    c.games.num_train = 0
+    assert data.set_role(c, "eval") == "SFT demonstrations"

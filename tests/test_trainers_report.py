@@ -50,4 +50,32 @@ def test_run_report_compares_start_and_after_rl(tmp_path):
     assert "| SFT loss | 3 | 1.500 | 1.500 |" in md
     assert "on 4 w2-o3-q4 training games (sample order: 4 draws, 1.0 per task)" in md
     # Lost greedy episodes that ended in a loop: counted at the start only here.
-    assert "| w2-o3-q4 held-out | 1 of 1 | n/a |" in md
+    assert "| w2-o3-q4 (SFT demonstrations and 4 of 4 RL games) | 1 of 1 | n/a |" in md
+    # The report leads with RL's paired gain by difficulty (before, after, gain).
+    first = md.split("\n## ")[1]
+    assert first.startswith("RL's gain by difficulty")
+    assert "| w2-o3-q4 (SFT demonstrations and 4 of 4 RL games) | 0.500 | 0.500 | +0.000 |" in first
+
+
+def test_run_report_draws_the_held_out_learning_curve(tmp_path):
+    c = default.get_config("smoke=True")
+    game = {"success": 0.5, "wins": 1, "n": 2, "per_game": {"a": True, "b": False}}
+    curve = [{"iteration": i, "wins": w, "n": 4, "success": w / 4, "ci_low": 0.0, "ci_high": 1.0}
+             for i, w in ((0, 1), (2, 2), (4, 3))]
+    evals = {"start": {"eval_hard": game}, "final": {"eval_hard": dict(game, per_game={
+        "a": True, "b": True}, wins=2, success=1.0)}, "curve": curve}
+    with open(tmp_path / "metrics.jsonl", "w") as f:
+        for it, s in enumerate([0.25, 0.5, 0.5, 1.0]):
+            f.write(json.dumps({"step": 10 + it, "rollout/success": s}) + "\n")
+    out = {"evals": evals, "plan": {"sft_demos": 3, "rl_episodes": 16}, "rl_iters": 4}
+    md = open(run.write_run_report(c, str(tmp_path), out, 60.0)).read()
+    sections = md.split("\n## ")
+    assert sections[1].startswith("RL's gain by difficulty")
+    assert "| w2-o4-q5 (never trained on) | 0.500 | 1.000 | +0.500 |" in sections[1]
+    assert sections[2].startswith("Learning curve: greedy success on 4 held-out w2-o4-q5 games")
+    assert "| 4 | 0.750 | [0.000, 1.000] |" in sections[2]
+    assert (tmp_path / "plots").is_dir() and any((tmp_path / "plots").iterdir())
+    res = json.load(open(tmp_path / "results.json"))
+    rl_curve = [x for x in res["sections"] if x["type"] == "RLCurve"][0]
+    assert rl_curve["held_out"]["success"] == [0.25, 0.5, 0.75]
+    assert rl_curve["rollout"]["success"] == [0.25, 0.5, 0.5, 1.0]

@@ -22,17 +22,29 @@ def textworld_env_kwargs(env: Any, admissible: bool) -> dict[str, Any]:
     return dict(common_env_kwargs(env, admissible), compact=env.compact)
 
 
-def textworld_spec(c: Any, split: str, num: int, hard: bool) -> textworld_games.GameSetSpec:
-    """The game set of ``split`` at the training difficulty (``games.world_size`` ...) or the
-    harder one (``games.hard_world_size`` ...)."""
+# The learning-curve games ("curve"): validation seeds from this offset on, disjoint from the
+# validation games a tuning run evaluates (those start at the range's first seed).
+CURVE_SEED_OFFSET = 9000
+
+
+def textworld_spec(c: Any, split: str, num: int, hard: bool | str,
+                   seed_offset: int = 0) -> textworld_games.GameSetSpec:
+    """The game set of ``split`` at the training difficulty (``games.world_size`` ...), the
+    harder one (``games.hard_world_size`` ...) or, ``hard="transfer"``, the transfer one
+    (``games.transfer_world_size`` ...)."""
     g = c.games
-    w, o, q = ((g.hard_world_size, g.hard_nb_objects, g.hard_quest_length) if hard
-               else (g.world_size, g.nb_objects, g.quest_length))
+    if hard == "transfer":
+        w, o, q = g.transfer_world_size, g.transfer_nb_objects, g.transfer_quest_length
+    elif hard:
+        w, o, q = g.hard_world_size, g.hard_nb_objects, g.hard_quest_length
+    else:
+        w, o, q = g.world_size, g.nb_objects, g.quest_length
     return textworld_games.GameSetSpec(kind=g.kind, world_size=w, nb_objects=o, quest_length=q,
-                                       split=split, num_games=num, level=g.level)
+                                       split=split, num_games=num, level=g.level,
+                                       seed_offset=seed_offset)
 
 
-def textworld_difficulty_name(c: Any, hard: bool) -> str:
+def textworld_difficulty_name(c: Any, hard: bool | str) -> str:
     """A game-set name, e.g. "w2-o3-q4"."""
     return textworld_spec(c, "train", 0, hard).name
 
@@ -40,13 +52,17 @@ def textworld_difficulty_name(c: Any, hard: bool) -> str:
 def textworld_task_sets(c: Any) -> dict[str, list[Task]]:
     """The RL pool ("train") is ``num_train`` games of the training difficulty plus
     ``num_train_hard`` of the harder one, from the train seed range (disjoint from every
-    held-out game)."""
+    held-out game). "eval_transfer": ``num_eval_transfer`` held-out games of the transfer
+    difficulty; "curve": ``num_curve`` validation games of the harder difficulty (seeds from
+    ``CURVE_SEED_OFFSET`` on), played during RL for the learning curve."""
     g = c.games
     wanted = {"train": textworld_spec(c, "train", g.num_train, False),
               "train_hard": textworld_spec(c, "train", g.num_train_hard, True),
               "sft": textworld_spec(c, "sft", g.num_sft, False),
               "eval": textworld_spec(c, g.eval_split, g.num_eval, False),
-              "eval_hard": textworld_spec(c, g.eval_split, g.num_eval_hard, True)}
+              "eval_hard": textworld_spec(c, g.eval_split, g.num_eval_hard, True),
+              "eval_transfer": textworld_spec(c, g.eval_split, g.num_eval_transfer, "transfer"),
+              "curve": textworld_spec(c, "valid", g.num_curve, True, CURVE_SEED_OFFSET)}
     out = {name: (textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
                   if spec.num_games else [])
            for name, spec in wanted.items()}

@@ -23,6 +23,9 @@ from typing import Any, Callable
 from meowjax.envs.base import EnvError, Task, TextEnv
 
 TASK_SETS = ("train", "sft", "eval", "eval_hard")
+# Sets a family may add (missing ones are empty): "eval_transfer", held-out tasks of a difficulty
+# no training phase sees; "curve", a fixed held-out subset played during RL (learning curve).
+OPTIONAL_TASK_SETS = ("eval_transfer", "curve")
 
 # reward mode -> "module:ClassName" of a wrapper built as Class(inner_family=..., **spec.kwargs).
 REWARD_WRAPPERS: dict[str, str] = {
@@ -62,8 +65,10 @@ class Family:
     env: the env class as "module:ClassName" (or the class itself), built as Class(**kwargs).
     env_kwargs: (config.env, admissible) -> the class's constructor options.
     task_sets: config -> {"train", "sft", "eval", "eval_hard": [Task, ...]} (disjoint splits;
-      "eval" of the training difficulty, "eval_hard" of the harder one).
-    difficulty_name: (config, hard) -> the name of the training (or harder) difficulty in reports
+      "eval" of the training difficulty, "eval_hard" of the harder one), optionally with
+      "eval_transfer" and "curve" (``OPTIONAL_TASK_SETS``).
+    difficulty_name: (config, hard) -> the name of the training (or harder) difficulty in reports;
+      ``hard="transfer"`` names the difficulty of "eval_transfer" where the family has one
       (default: the family name, "<name> hard").
     rl_pool: config -> the RL task pool in words, for reports (default: "N <name> training
       tasks").

@@ -21,7 +21,7 @@ Seed ranges per split (disjoint, as in the Practitioner's Guide; see :func:`spli
 =====  =====  =============
 split  first  last
 =====  =====  =============
-test   1      100
+test   1      19999
 valid  20001  29999
 train  30001  39999
 sft    40001  49999
@@ -57,7 +57,7 @@ from meowjax.envs.registry import EnvSpec, make_env
 
 KINDS = ("custom", "simple", "coin", "treasure", "cooking")
 SPLIT_SEED_RANGES: dict[str, tuple[int, int]] = {
-    "test": (1, 100),
+    "test": (1, 19999),
     "valid": (20001, 29999),
     "train": (30001, 39999),
     "sft": (40001, 49999),

@@ -62,6 +62,52 @@ def plot_learning_curves(
     return _save(fig, path)
 
 
+def moving_mean(y: Sequence[float], window: int) -> np.ndarray:
+    """Trailing moving mean: m_i = mean(y_j for max(0, i - window + 1) <= j <= i)."""
+    y_N = np.asarray(y, dtype=np.float64)
+    if window < 1:
+        raise ValueError(f"moving_mean needs window >= 1, got {window}")
+    c_N = np.concatenate([[0.0], np.cumsum(y_N)])
+    i_N = np.arange(1, y_N.size + 1)
+    lo_N = np.maximum(0, i_N - window)
+    return (c_N[i_N] - c_N[lo_N]) / (i_N - lo_N)
+
+
+def plot_rl_curve(
+    path: str | pathlib.Path,
+    held_out: BandCurve | None,
+    rollout: Curve | None,
+    window: int = 5,
+    title: str = "RL learning curve",
+) -> pathlib.Path:
+    """Held-out greedy success by RL iteration with its interval band, and the rollout success
+    of each iteration (raw points faint, the trailing ``window``-iteration mean drawn)."""
+    if held_out is None and rollout is None:
+        raise ValueError("plot_rl_curve needs a held-out curve or a rollout curve")
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    if rollout is not None:
+        x_N, y_N = _xy("rollout", *rollout)
+        (raw,) = ax.plot(x_N, y_N, marker=".", linestyle="none", alpha=0.25, color="tab:gray")
+        ax.plot(x_N, moving_mean(y_N, window), color="tab:gray",
+                label=f"rollout success (training games, {window}-iteration mean)")
+    if held_out is not None:
+        x, y, low, high = held_out
+        x_N, y_N = _xy("held-out", x, y)
+        (line,) = ax.plot(x_N, y_N, marker="o", color="tab:blue",
+                          label="held-out greedy success (95% interval)")
+        if low is not None and high is not None:
+            ax.fill_between(x_N, np.asarray(low, float), np.asarray(high, float),
+                            color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("RL iteration")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
 def plot_pass_at_k_t_heatmap(
     path: str | pathlib.Path,
     ks: Sequence[int],

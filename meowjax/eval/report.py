@@ -68,6 +68,18 @@ class PairedGainTable:
     title: str
     rows: Sequence[PairedGain]
     z: float = 1.96
+    show_rates: bool = False   # also each row's success before and after
+
+
+@dataclasses.dataclass(frozen=True)
+class RLCurve:
+    """The held-out learning curve ((iterations, success, low, high) or None) and the rollout
+    success by iteration ((iterations, success) or None), drawn by ``plots.plot_rl_curve``."""
+
+    title: str
+    held_out: plots.BandCurve | None
+    rollout: plots.Curve | None
+    window: int = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +141,7 @@ class TextSection:
 
 
 Section = (SuccessTable | PairedGainTable | MeanTable | PassKTSection | PassKTComparison | LearningCurves
-           | BudgetCurves | TextSection)
+           | BudgetCurves | RLCurve | TextSection)
 
 
 def budget_curves_from_pass_at_k_t(results: Mapping[str, passk.PassKTResult], k: int = 1) -> dict[str, plots.BandCurve]:
@@ -201,12 +213,37 @@ def _(section: PairedGainTable, workdir: pathlib.Path, slug: str) -> tuple[str, 
         both, lost, gained, neither = stats.paired_counts(r.before, r.after)
         n = both + lost + gained + neither
         verdict = "gain" if low > 0 else ("loss" if high < 0 else "within the interval")
-        rows.append([r.label, f"{gain:+.3f}", _ci(low, high), str(gained), str(lost), str(n), verdict])
-        entries.append(dict(label=r.label, gain=gain, ci_low=low, ci_high=high, games_gained=gained,
-                            games_lost=lost, n_games=n, verdict=verdict))
-    md = markdown_table(["run", "gain", "95% CI (paired, Newcombe)", "games won only after",
-                         "games lost after", "games", "verdict"], rows)
+        before, after = (both + lost) / max(n, 1), (both + gained) / max(n, 1)
+        rates = [_fmt(before), _fmt(after)] if section.show_rates else []
+        rows.append([r.label, *rates, f"{gain:+.3f}", _ci(low, high), str(gained), str(lost), str(n),
+                     verdict])
+        entries.append(dict(label=r.label, before=before, after=after, gain=gain, ci_low=low,
+                            ci_high=high, games_gained=gained, games_lost=lost, n_games=n,
+                            verdict=verdict))
+    md = markdown_table(["run", *(["before", "after"] if section.show_rates else []), "gain",
+                         "95% CI (paired, Newcombe)", "games won only after", "games lost after",
+                         "games", "verdict"], rows)
     return md, {"rows": entries, "interval": "newcombe_paired", "z": section.z}
+
+
+@render_section.register
+def _(section: RLCurve, workdir: pathlib.Path, slug: str) -> tuple[str, dict[str, Any]]:
+    plot = plots.plot_rl_curve(workdir / PLOTS_DIR / f"{slug}.png", section.held_out, section.rollout,
+                               section.window, section.title)
+    rel = plot.relative_to(workdir).as_posix()
+    md = ""
+    entry: dict[str, Any] = {"plot": rel, "window": section.window}
+    if section.held_out is not None:
+        xs, ys, lows, highs = section.held_out
+        rows = [[str(int(x)), _fmt(float(y)),
+                 _ci(float(lo), float(hi)) if lows is not None and highs is not None else ""]
+                for x, y, lo, hi in zip(xs, ys, lows if lows is not None else ys,
+                                        highs if highs is not None else ys)]
+        md = markdown_table(["RL iteration", "held-out success", "95% CI (Wilson)"], rows) + "\n\n"
+        entry["held_out"] = {"iterations": xs, "success": ys, "ci_low": lows, "ci_high": highs}
+    if section.rollout is not None:
+        entry["rollout"] = {"iterations": section.rollout[0], "success": section.rollout[1]}
+    return md + f"![{section.title}]({rel})", entry
 
 
 @render_section.register

@@ -167,11 +167,13 @@ class Progress:
 
 
 def rl_line(iteration: int, total: int, m: Mapping[str, float], eta: str = "") -> str:
-    """One RL iteration: rollout success and return, KL (to the reference when the run has a KL
+    """One RL iteration: the latest held-out learning-curve success (``curve/success``, where the
+    run has a curve), rollout success and return, KL (to the reference when the run has a KL
     term, and the approximate KL of the update), entropy, the TIS ratio and clipped (or masked)
     share where the run has truncated importance sampling, and seconds (rollout + update)."""
     parts = [f"RL {iteration}/{total}:"]
-    for key, name, spec in (("rollout/success", "success", ".3f"), ("rollout/return", "return", ".3g"),
+    for key, name, spec in (("curve/success", "held-out", ".3f"),
+                            ("rollout/success", "success", ".3f"), ("rollout/return", "return", ".3g"),
                             ("pg/kl_ref", "kl_ref", ".3g"), ("pg/approx_kl", "approx_kl", ".2g"),
                             ("pg/entropy", "entropy", ".3g"),
                             ("pg/tis_ratio_mean", "tis_ratio", ".4g"),

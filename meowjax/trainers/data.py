@@ -145,20 +145,46 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
                          f"harder RL pool ({', '.join(with_pool)}); env.family={family.name!r} "
                          "has none: set it to 0.")
     t0 = time.time()
-    sets = family.task_sets(c)
-    if sorted(sets) != sorted(registry.TASK_SETS):
+    sets = dict(family.task_sets(c))
+    extra = set(sets) - set(registry.TASK_SETS) - set(registry.OPTIONAL_TASK_SETS)
+    if not set(registry.TASK_SETS) <= set(sets) or extra:
         raise ValueError(f"env.family={family.name!r}: task_sets returned {sorted(sets)}; it must "
-                         f"return exactly {list(registry.TASK_SETS)}.")
+                         f"return {list(registry.TASK_SETS)}, and may add "
+                         f"{list(registry.OPTIONAL_TASK_SETS)}.")
+    for name in registry.OPTIONAL_TASK_SETS:
+        sets.setdefault(name, [])
     console.info("games (%s): %s, in %.1f s", family.name,
-                 ", ".join(f"{name} {len(tasks)}" for name, tasks in sets.items()), time.time() - t0)
+                 ", ".join(f"{name} {len(tasks)}" for name, tasks in sets.items() if tasks),
+                 time.time() - t0)
     return sets
 
 
-def difficulty_name(c: ml_collections.ConfigDict, hard: bool) -> str:
-    """The name of the training (or harder) difficulty in reports: a TextWorld game-set name
-    ("w2-o3-q4"), a code-repair tier ("code-repair tier 1"), an ALFWorld split ("ALFWorld
-    test", "ALFWorld valid_unseen"), ..."""
+def difficulty_name(c: ml_collections.ConfigDict, hard: bool | str) -> str:
+    """The name of the training (or harder, or ``"transfer"``) difficulty in reports: a
+    TextWorld game-set name ("w2-o3-q4"), a code-repair tier ("code-repair tier 1"), an ALFWorld
+    split ("ALFWorld test", "ALFWorld valid_unseen"), ..."""
     return registry.get_family(c.env.family).difficulty_name(c, hard)
+
+
+# Held-out sets evaluated before and after RL, and the difficulty each one holds.
+HELD_OUT = ("eval", "eval_hard", "eval_transfer")
+_SET_DIFFICULTY = {"eval": False, "eval_hard": True, "eval_transfer": "transfer", "curve": True}
+
+
+def set_difficulty(c: ml_collections.ConfigDict, name: str) -> str:
+    """The difficulty name of task set ``name`` (one of ``HELD_OUT`` or "curve")."""
+    return difficulty_name(c, _SET_DIFFICULTY[name])
+
+
+def set_role(c: ml_collections.ConfigDict, name: str) -> str:
+    """What training saw of held-out set ``name``'s difficulty, in words: "SFT demonstrations and
+    80 of 320 RL games", "240 of 320 RL games", "never trained on"."""
+    g = c.games
+    pool = g.num_train + g.num_train_hard
+    sft = budget_plan(c)["sft_demos"] if name == "eval" else 0
+    rl = {"eval": g.num_train, "eval_hard": g.num_train_hard}.get(name, 0)
+    parts = (["SFT demonstrations"] if sft else []) + ([f"{rl} of {pool} RL games"] if rl else [])
+    return " and ".join(parts) or "never trained on"
 
 
 def rl_pool_words(c: ml_collections.ConfigDict) -> str:

@@ -27,19 +27,20 @@ class Evaluation:
     """The evaluation methods of a trainer (see the module doc)."""
 
     def evaluate(self, params, pool, title: str, *, sampled: bool) -> dict[str, Any]:
-        """Greedy success on both held-out splits; Pass@(K,T) from sampled episodes. ``title``
-        heads its console line."""
+        """Greedy success on every held-out set (``data.HELD_OUT``); Pass@(K,T) and per-turn
+        diagnostics from sampled episodes of ``eval.sampled_split``. ``title`` heads its console
+        line."""
         c = self.c
         t0 = time.time()
         out: dict[str, Any] = {}
         kw = dict(budget=c.turns.eval_max_turns, seed=c.seed)
-        for split in ("eval", "eval_hard"):
-            tasks = self.sets[split]
+        for split in data.HELD_OUT:
+            tasks = self.sets.get(split)
             if not tasks:
                 continue
             out[split] = outcomes.success_summary(self.play_tasks(params, pool, tasks, samples=1,
                                                          greedy=True, desc=split, **kw))
-            if sampled and split == "eval" and c.eval.num_samples > 0:
+            if sampled and split == c.eval.sampled_split and c.eval.num_samples > 0:
                 trajs = self.play_tasks(params, pool, tasks, samples=c.eval.num_samples,
                                         greedy=False, desc=f"{split} sampled", **kw)
                 out["pass_at_k_t"] = passk.grid_json(outcomes.by_task(trajs), c.eval.pass_ks,
@@ -48,10 +49,20 @@ class Evaluation:
                 if diag is not None:
                     out["diagnostics"] = diag
         console.info("%s", console.eval_line(
-            title, {f"{k} {data.difficulty_name(c, k == 'eval_hard')}": out[k]
-                    for k in ("eval", "eval_hard") if k in out},
+            title, {f"{k} {data.set_difficulty(c, k)}": out[k] for k in data.HELD_OUT if k in out},
             time.time() - t0, pass_at_k_t=out.get("pass_at_k_t")))
         return out
+
+    def curve_point(self, params, pool, iteration: int) -> dict[str, Any]:
+        """One point of the held-out learning curve: greedy success on the fixed "curve" games
+        (``games.num_curve``) at RL iteration ``iteration``. The games and the host randomness
+        are the same at every point, so two points differ only by the policy."""
+        c = self.c
+        found = outcomes.success_summary(self.play_tasks(
+            params, pool, self.sets["curve"], samples=1, greedy=True, desc="curve",
+            budget=c.turns.eval_max_turns, seed=c.seed))
+        return {"iteration": int(iteration),
+                **{k: found[k] for k in ("wins", "n", "success", "ci_low", "ci_high")}}
 
     def turn_diagnostics(self, tasks, trajs) -> dict[str, Any] | None:
         """Per-turn diagnostics of sampled evaluation episodes (``eval.traces``); None, with a

@@ -447,6 +447,7 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                     sampled=c.eval.sample_start)
             with preemption.deferred():
                 meta["phase"] = RL
+                meta["curve_due"] = self.curve_due(0)
                 ref = self.place.params(_copy_tree(state.params))  # pg_step donates
                 state = self._rl_state(state.params)
                 self._save(state, ref, meta)
@@ -455,6 +456,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         with console.Progress("RL", self.rl_iters, "iter", initial=meta["iteration"],
                               plain_every_s=None) as bar:
             while meta["phase"] == RL:
+                if meta.get("curve_due"):   # a learning-curve point (again, if a SIGTERM cut it)
+                    self._curve_point(state, pool, meta)
+                    self._mark(state, ref, meta, saved=False)
                 if meta.get("eval_due"):   # a periodic evaluation (again, if a SIGTERM cut it)
                     self._periodic_eval(state, pool, meta)
                     self._mark(state, ref, meta, saved=False)
@@ -467,11 +471,17 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                     meta["iteration"] += 1
                     meta["eval_due"] = bool(c.eval.every_iters
                                             and meta["iteration"] % c.eval.every_iters == 0)
+                    meta["curve_due"] = self.curve_due(meta["iteration"])
                     self.writer.write(self.sft_steps + meta["iteration"], m)
                     self._mark(state, ref, meta)
+                if meta["curve_due"]:   # now, so that this iteration's line shows it
+                    self._curve_point(state, pool, meta)
+                    self._mark(state, ref, meta)
+                curve = meta["evals"].get("curve")   # the line shows the latest point
                 host_memory.release_free_memory()  # kept host memory: once per iteration
                 bar.update(1, success=m["rollout/success"])
-                console.info("%s", console.rl_line(meta["iteration"], self.rl_iters, m,
+                shown = {**m, "curve/success": curve[-1]["success"]} if curve else m
+                console.info("%s", console.rl_line(meta["iteration"], self.rl_iters, shown,
                                                    bar.eta()))
                 if self.preempted or meta["iteration"] % c.checkpoint.every_iters == 0:
                     with preemption.deferred():
@@ -500,6 +510,24 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                    "compile": cc["compile_s"] + cc["trace_s"]}
         return {"plan": self.plan, "sft_rows": len(self.sft_rows), "rl_iters": self.rl_iters,
                 "evals": meta["evals"], "state": state, "ref": ref, "phase_s": phase_s}
+
+    def curve_due(self, iteration: int) -> bool:
+        """Whether the held-out learning curve gets a point after ``iteration`` RL iterations:
+        at the start of RL, every ``eval.curve_every`` iterations and at the last one."""
+        every = self.c.eval.curve_every
+        if not (every and self.sets.get("curve")):
+            return False
+        return iteration % every == 0 or iteration == self.rl_iters
+
+    def _curve_point(self, state, pool, meta) -> None:
+        """Plays the curve games at the current iteration; appends the point to
+        ``meta["evals"]["curve"]`` (a new list: marked copies of meta keep theirs) and to the
+        metrics (``curve/success``)."""
+        with self._timed(meta, "evaluation"):
+            point = self.curve_point(state.params, pool, meta["iteration"])
+        meta["evals"]["curve"] = [*meta["evals"].get("curve", []), point]
+        meta["curve_due"] = False
+        self.writer.write(self.sft_steps + meta["iteration"], {"curve/success": point["success"]})
 
     @staticmethod
     def _add_time(meta, phase: str, seconds: float) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
+import subprocess
 import sys
 import time
 import traceback
@@ -22,6 +24,38 @@ from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
 
 
+def provenance(c: ml_collections.ConfigDict) -> dict[str, Any]:
+    """What a result needs to be traced: the config name and seed, the source commit (and
+    whether the tree had uncommitted changes; None outside a git checkout), the CPU, and the
+    difficulty name of each held-out set."""
+    src = os.path.dirname(os.path.abspath(__file__))
+
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", "-C", src, *args], capture_output=True, text=True,
+                                  timeout=10, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"config": c.name, "seed": int(c.seed), "commit": git("rev-parse", "HEAD"),
+            "dirty": None if status is None else bool(status), "cpu": _cpu_name(),
+            "eval_split": c.games.eval_split,
+            "difficulties": {s: data.set_difficulty(c, s) for s in data.HELD_OUT}}
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _passkt(d: dict[str, Any]) -> passk.PassKTResult:
     return passk.PassKTResult(ks=tuple(d["ks"]), ts=tuple(d["ts"]), mode=d["mode"],
                               mean_KT=np.asarray(d["mean"]), low_KT=np.asarray(d["ci_low"]),
@@ -31,28 +65,36 @@ def _passkt(d: dict[str, Any]) -> passk.PassKTResult:
 
 def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, Any],
                      seconds: float) -> str:
-    """report.md + results.json: start vs after-RL success on both held-out splits; evals.json:
-    every evaluation's numbers, each game's greedy outcome included (`per_game`)."""
+    """report.md + results.json, led by RL's paired gain on every held-out difficulty and the
+    held-out learning curve; evals.json: every evaluation's numbers, each game's greedy outcome
+    included (`per_game`), and the learning curve's points (`curve`)."""
     evals = out["evals"]
     with open(os.path.join(workdir, "evals.json"), "w", encoding="utf-8") as f:
         json.dump(report._jsonable(evals), f, indent=1)
-    rows = []
-    names = {"eval": f"{data.difficulty_name(c, False)} held-out",
-             "eval_hard": f"{data.difficulty_name(c, True)} harder"}
-    for split in ("eval", "eval_hard"):
+    start, final = evals.get("start", {}), evals.get("final", {})
+    names = {split: f"{data.set_difficulty(c, split)} ({data.set_role(c, split)})"
+             for split in data.HELD_OUT}
+    rows, paired = [], []
+    for split in data.HELD_OUT:
         for tag, label in (("start", "starting policy (after SFT)"), ("final", "after RL")):
             e = evals.get(tag, {}).get(split)
             if e:
                 rows.append(report.SuccessRow(f"{names[split]}: {label}", e["wins"], e["n"]))
-    paired = []
-    for split in ("eval", "eval_hard"):
-        before = evals.get("start", {}).get(split, {}).get("per_game")
-        after = evals.get("final", {}).get(split, {}).get("per_game")
+        before = start.get(split, {}).get("per_game")
+        after = final.get(split, {}).get("per_game")
         if before and after and set(before) == set(after):
             ids = sorted(before)
-            paired.append(report.PairedGain(f"{names[split]}: after RL - starting policy",
-                                            [before[i] for i in ids], [after[i] for i in ids]))
-    sections = [
+            paired.append(report.PairedGain(names[split], [before[i] for i in ids],
+                                            [after[i] for i in ids]))
+    sections = []
+    if paired:
+        sections.append(report.PairedGainTable(
+            "RL's gain by difficulty (greedy success on the same held-out games before and after "
+            "RL; 'gain' when the whole 95% interval is above 0)", paired, show_rates=True))
+    curve = _rl_curve_section(evals, workdir, data.set_difficulty(c, "curve"))
+    if curve is not None:
+        sections.append(curve)
+    sections += [
         report.TextSection("Run", (
             f"config `{c.name}`, estimator `{c.rl.estimator}`, interface `{c.policy.interface}`, "
             f"model preset `{c.model.preset}`; SFT demonstrations {out['plan']['sft_demos']}, "
@@ -62,19 +104,42 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
             f"turn budget {c.turns.eval_max_turns}.")),
         report.SuccessTable("Success on held-out games (95% Wilson intervals)", rows),
     ]
-    if paired:
-        sections.append(report.PairedGainTable(
-            "RL gain on the same games (paired: 'gain' when the whole 95% interval is above 0)",
-            paired))
     cycles = _cycle_section(evals, names)
     if cycles is not None:
         sections.append(cycles)
     if out.get("phase_s"):
         sections.append(_phase_section(out["phase_s"], seconds))
-    sections += _comparison_sections(evals, data.difficulty_name(c, False))
+    sampled = c.eval.sampled_split
+    sections += _comparison_sections(evals, data.set_difficulty(c, sampled))
     sections += _curve_sections(workdir)
     path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
     return str(path)
+
+
+def _metric_records(workdir: str) -> list[dict[str, Any]]:
+    """metrics.jsonl's records ([] where the run wrote none)."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _rl_curve_section(evals: dict[str, Any], workdir: str, difficulty: str) -> Any | None:
+    """The held-out learning curve (``evals["curve"]``, Wilson intervals) with the rollout
+    success by iteration (smoothed); None where the run has neither."""
+    points = evals.get("curve") or []
+    held_out = None
+    if points:
+        held_out = ([p["iteration"] for p in points], [p["success"] for p in points],
+                    [p["ci_low"] for p in points], [p["ci_high"] for p in points])
+    rollout = [r["rollout/success"] for r in _metric_records(workdir) if "rollout/success" in r]
+    if held_out is None:
+        return None
+    n = points[0]["n"]
+    return report.RLCurve(
+        f"Learning curve: greedy success on {n} held-out {difficulty} games by RL iteration",
+        held_out, (list(range(1, len(rollout) + 1)), rollout) if rollout else None)
 
 
 def _cycle_section(evals: dict[str, Any], names: dict[str, str]) -> Any | None:
@@ -174,11 +239,7 @@ _CURVES = (
 
 def _curve_sections(workdir: str) -> list[Any]:
     """The SFT loss by step and the RL curves by iteration (one RL record per iteration)."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f]
+    records = _metric_records(workdir)
     out = []
     for title, metric, xlabel, keys, higher_is_better in _CURVES:
         curves = {}
@@ -230,6 +291,10 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     lock = workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
     with stop_all_on_peer_failure(workdir):
         with lock, multihost.stop_together(), preemption.on_sigterm():
+            if jax.process_index() == 0:   # the code and machine of this start
+                os.makedirs(workdir, exist_ok=True)
+                with open(os.path.join(workdir, "provenance.json"), "w", encoding="utf-8") as f:
+                    json.dump(provenance(c), f, indent=1)
             out = trainer_class(c.policy.interface)(c, workdir).run()
         if jax.process_index() != 0:
             return out

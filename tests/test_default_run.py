@@ -1,0 +1,70 @@
+"""configs/default.py end to end at smoke size: greedy evaluation on the three held-out
+difficulties, the held-out learning curve (its later points add no compile), the report led by
+RL's paired gain by difficulty, and the seed record written from the run's own files."""
+import json
+
+import pytest
+
+from benchmarks.rollout import CompileCounter
+from configs import default
+from meowjax.envs.pool import EnvPool
+from meowjax.eval import seed_summary
+from meowjax.trainers import data, run
+from meowjax.trainers.score_trainer import ScoreTrainer
+from tests import config_tracking
+
+
+@pytest.mark.slow
+def test_default_smoke_run_end_to_end(tiny_games_dir, tmp_path):
+    c = default.get_config("smoke=True")
+    c.unlock()
+    c.games.cache_dir = tiny_games_dir
+    c.lock()
+    workdir = str(tmp_path / "run")
+    tracked = config_tracking.track(c)
+    out = run.run(tracked, workdir)
+    config_tracking.assert_honest("default", tracked)   # every field default.py sets is read
+    evals = out["evals"]
+    for tag in ("start", "final"):
+        for split, n in (("eval", 3), ("eval_hard", 2), ("eval_transfer", 2)):
+            assert evals[tag][split]["n"] == n and len(evals[tag][split]["per_game"]) == n
+    # Pass@(K,T) and the per-turn diagnostics come from the RL difficulty's sampled episodes.
+    assert evals["final"]["pass_at_k_t"]["n_tasks"] == 2
+    # The curve: at the start of RL, every eval.curve_every iterations and at the last one.
+    assert out["rl_iters"] == 5 and c.eval.curve_every == 2
+    curve = evals["curve"]
+    assert [p["iteration"] for p in curve] == [0, 2, 4, 5]
+    assert all(p["n"] == 2 and p["wins"] == round(2 * p["success"]) for p in curve)
+    recs = [json.loads(line) for line in open(f"{workdir}/metrics.jsonl")]
+    assert [r["curve/success"] for r in recs if "curve/success" in r] == [
+        p["success"] for p in curve]
+    assert json.load(open(f"{workdir}/evals.json"))["curve"] == curve
+
+    md = open(f"{workdir}/report.md").read()
+    first = md.split("\n## ")[1]
+    assert first.startswith("RL's gain by difficulty")
+    for split in data.HELD_OUT:
+        assert f"| {data.set_difficulty(c, split)} (" in first
+    assert md.split("\n## ")[2].startswith("Learning curve: greedy success on 2 held-out")
+
+    prov = json.load(open(f"{workdir}/provenance.json"))
+    assert prov["seed"] == 0 and prov["difficulties"]["eval_transfer"] == "w2-o3-q5"
+    rec = seed_summary.summarize([workdir])["seeds"][0]
+    for role, split in (("base_difficulty", "eval"), ("rl_difficulty", "eval_hard"),
+                        ("transfer_difficulty", "eval_transfer")):
+        assert rec[role]["before"] == evals["start"][split]["success"]
+        assert rec[role]["after"] == evals["final"][split]["success"]
+
+    # A fresh agent from the run's checkpoint (new jitted programs): the first curve point
+    # compiles, later points with other weights add no compile, and the points replay the run's.
+    agent = ScoreTrainer(c, workdir, training=False)
+    agent.sets = {"curve": data.game_sets(c)["curve"]}
+    final_params, _ = agent.restore_policy()
+    with EnvPool(data.env_spec(c, admissible=True), num_workers=1) as pool:
+        with CompileCounter() as first_call:
+            start_point = agent.curve_point(out["ref"], pool, 0)
+        with CompileCounter() as later:
+            final_point = agent.curve_point(final_params, pool, 5)
+    assert sum(first_call.by_fn.values()) > 0
+    assert sum(later.by_fn.values()) == 0, later.by_fn
+    assert start_point == curve[0] and final_point == curve[-1]
