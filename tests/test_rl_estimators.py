@@ -50,7 +50,8 @@ def test_registry_contents_and_validation():
         assert rl.validate_estimator(name) is spec and spec.name == name
         assert ("values_BL" in spec.needs) == spec.needs_critic
         assert set(spec.needs) <= set(rl.EstimatorInputs._fields)
-    assert dict(rl.ESTIMATORS["gigpo"].defaults) == {"step_weight": 1.0, "use_std": True}
+    assert dict(rl.ESTIMATORS["gigpo"].defaults) == {"step_weight": 1.0, "use_std": True,
+                                                     "episode_discount": False}
     assert dict(rl.ESTIMATORS["grpo"].defaults) == {"use_std": True}
     assert not rl.ESTIMATORS["rloo"].defaults and not rl.ESTIMATORS["gae"].defaults
     assert "baseline_B" in rl.ESTIMATORS["remax"].needs
@@ -90,13 +91,14 @@ def test_make_inputs_fills_zeros():
 
 def test_hparams_merge_defaults_and_reject_unknown_fields():
     hp = rl.estimator_hparams("gigpo", gamma=0.9, lam=0.5, section={"step_weight": 0.3})
-    assert dict(hp) == {"gamma": 0.9, "lam": 0.5, "step_weight": 0.3, "use_std": True}
+    assert dict(hp) == {"gamma": 0.9, "lam": 0.5, "step_weight": 0.3, "use_std": True,
+                        "episode_discount": False}
     assert hash(hp) == hash(hparams("gigpo", 0.9, 0.5, step_weight=0.3))  # a static jit arg
     assert dict(rl.estimator_hparams("rloo", gamma=1, lam=1)) == {"gamma": 1.0, "lam": 1.0}
     cd = ml_collections.ConfigDict({"use_std": False})
     assert not rl.estimator_hparams("grpo", gamma=1, lam=1, section=cd)["use_std"]
     with pytest.raises(ValueError, match=r"rl.gigpo has no field 'stepweight'; known: "
-                                         r"\['step_weight', 'use_std'\]"):
+                                         r"\['episode_discount', 'step_weight', 'use_std'\]"):
         hparams("gigpo", stepweight=0.5)
     with pytest.raises(ValueError, match="rl.rloo has no field 'use_std'"):
         hparams("rloo", use_std=False)

@@ -33,7 +33,7 @@ def np_normalise(x, members, use_std):
     return out / (np.std(members, ddof=1) + EPS) if use_std else out
 
 
-def np_gigpo(r, m, te, key, g, w, gamma, step_weight, use_std):
+def np_gigpo(r, m, te, key, g, w, gamma, step_weight, use_std, episode_discount=False):
     B, L = r.shape
     rtg, turns = {}, {}  # (b, k) -> R_k;  b -> turns
     for b in range(B):
@@ -42,7 +42,8 @@ def np_gigpo(r, m, te, key, g, w, gamma, step_weight, use_std):
         for k in range(len(rew)):
             rtg[b, k] = sum(gamma ** (j - k) * rew[j] for j in range(k, len(rew)))
     real = [b for b in range(B) if w[b] > 0]
-    ep = {b: rtg.get((b, 0), 0.0) for b in real}
+    ep = {b: (rtg.get((b, 0), 0.0) if episode_discount
+              else sum(float(r[b, i]) for tokens, _ in turns[b] for i in tokens)) for b in real}
     anchors = [(b, k, g[b], key[b, end]) for b in real for k, (_, end) in enumerate(turns[b])
                if end is not None]
     adv, ret = np.zeros((B, L)), np.zeros((B, L))
@@ -89,7 +90,8 @@ def random_batch(seed, layout, B=7, L=24, num_keys=3):
     return rl.EstimatorInputs(r, m, w, np.zeros_like(r), te, g, key.astype(np.int32))
 
 
-JIT = jax.jit(rl.gigpo_advantages, static_argnames=("gamma", "step_weight", "use_std", "eps"))
+JIT = jax.jit(rl.gigpo_advantages,
+              static_argnames=("gamma", "step_weight", "use_std", "episode_discount", "eps"))
 
 
 def gigpo(x, wrap=None, **kw):
@@ -107,8 +109,9 @@ def gigpo(x, wrap=None, **kw):
 def test_gigpo_by_hand(wrap):
     # One group, turn layout, gamma 0.5, no std. Row 0 visits states A, B with rewards 0, 1;
     # row 1 visits A, C, B with rewards 0, 0, 1. Returns-to-go: (0.5, 1) and (0.25, 0.5, 1).
-    # Episode: G = (0.5, 0.25) -> A_E = (+0.125, -0.125). Steps: A = {0.5, 0.25} -> +-0.125;
-    # B = {1, 1} -> 0; C alone -> 0.
+    # Steps: A = {0.5, 0.25} -> +-0.125; B = {1, 1} -> 0; C alone -> 0. Episode: both win, total
+    # reward G = (1, 1) -> A_E = 0 (the paper's episode level); discounted G = R_0 = (0.5, 0.25)
+    # -> A_E = (+0.125, -0.125) (episode_discount).
     A, Bs, C = 11, 22, 33
     x = rl.EstimatorInputs(
         rewards_BL=np.array([[0, 1, 0, 0], [0, 0, 1, 0]], np.float32),
@@ -120,19 +123,24 @@ def test_gigpo_by_hand(wrap):
         state_key_BL=np.array([[A, Bs, A, A], [A, C, Bs, C]], np.int32),
     )
     a, ret = gigpo(x, wrap, gamma=0.5, use_std=False, step_weight=1.0)
+    np.testing.assert_allclose(a, [[0.125, 0, 0, 0], [-0.125, 0, 0, 0]], atol=1e-7)
+    np.testing.assert_allclose(ret, [[0.5, 1, 0, 0], [0.25, 0.5, 1, 0]])
+    a, ret = gigpo(x, wrap, gamma=0.5, use_std=False, step_weight=1.0, episode_discount=True)
     np.testing.assert_allclose(a, [[0.25, 0.125, 0, 0], [-0.25, -0.125, -0.125, 0]], atol=1e-7)
     np.testing.assert_allclose(ret, [[0.5, 1, 0, 0], [0.25, 0.5, 1, 0]])
-    a, _ = gigpo(x, wrap, gamma=0.5, use_std=False, step_weight=2.0)
+    a, _ = gigpo(x, wrap, gamma=0.5, use_std=False, step_weight=2.0, episode_discount=True)
     np.testing.assert_allclose(a, [[0.375, 0.125, 0, 0], [-0.375, -0.125, -0.125, 0]],
                                atol=1e-7)
 
 
 @pytest.mark.parametrize("layout", ["turn", "token"])
 @pytest.mark.parametrize("use_std", [True, False])
-def test_gigpo_matches_numpy(layout, use_std):
+@pytest.mark.parametrize("episode_discount", [False, True])
+def test_gigpo_matches_numpy(layout, use_std, episode_discount):
     for seed, (gamma, step_weight) in enumerate([(1.0, 1.0), (0.9, 1.0), (0.9, 0.3), (1.0, 2.0)]):
         x = random_batch(seed, layout)
-        kw = dict(gamma=gamma, use_std=use_std, step_weight=step_weight)
+        kw = dict(gamma=gamma, use_std=use_std, step_weight=step_weight,
+                  episode_discount=episode_discount)
         a_ref, ret_ref = np_gigpo(*(np.asarray(v) for v in (
             x.rewards_BL, x.mask_BL, x.turn_end_BL, x.state_key_BL, x.group_ids_B,
             x.row_weight_B)), **kw)
@@ -155,13 +163,16 @@ def test_gigpo_jit_equals_eager(layout):
 def test_gigpo_without_repeated_states_is_grpo(layout, gamma, use_std):
     x = random_batch(4, layout)
     x = x._replace(state_key_BL=np.arange(x.mask_BL.size, dtype=np.int32).reshape(x.mask_BL.shape))
-    hp = rl.estimator_hparams("grpo", gamma=gamma, lam=1.0, section={"use_std": use_std})
-    for wrap in (lambda f: f, jax.jit):  # the same mode for both (XLA may fuse differently)
-        a, _ = gigpo(x, wrap, gamma=gamma, use_std=use_std, step_weight=0.7)
-        grpo = wrap(functools.partial(rl.compute_advantages, "grpo", hp=hp))
-        a_grpo, _ = grpo(x)
-        np.testing.assert_array_equal(a, a_grpo)
-        assert np.any(a != 0)
+    # GRPO on the total reward (gamma 1), or with episode_discount on the discounted return.
+    for episode_discount, grpo_gamma in ((False, 1.0), (True, gamma)):
+        hp = rl.estimator_hparams("grpo", gamma=grpo_gamma, lam=1.0, section={"use_std": use_std})
+        for wrap in (lambda f: f, jax.jit):  # the same mode for both (XLA may fuse differently)
+            a, _ = gigpo(x, wrap, gamma=gamma, use_std=use_std, step_weight=0.7,
+                         episode_discount=episode_discount)
+            grpo = wrap(functools.partial(rl.compute_advantages, "grpo", hp=hp))
+            a_grpo, _ = grpo(x)
+            np.testing.assert_array_equal(a, a_grpo)
+            assert np.any(a != 0)
 
 
 @pytest.mark.parametrize("layout", ["turn", "token"])

@@ -258,6 +258,7 @@ def _gigpo(x: EstimatorInputs, hp: Mapping[str, Any]):
     return gigpo.gigpo_advantages(
         x.rewards_BL, x.mask_BL, x.turn_end_BL, x.state_key_BL, x.group_ids_B, x.row_weight_B,
         gamma=hp["gamma"], step_weight=hp["step_weight"], use_std=hp["use_std"],
+        episode_discount=hp["episode_discount"],
     )
 
 
@@ -281,9 +282,12 @@ for _spec in (
                   description="rejection-sampling fine-tuning: advantage 1 for each group's "
                               "best winning episode (every win with best_only=False), else 0"),
     EstimatorSpec(name="gigpo", fn=_gigpo, needs=("group_ids_B", "turn_end_BL", "state_key_BL"),
-                  level="turn", defaults={"step_weight": 1.0, "use_std": True},
-                  description="GiGPO: GRPO episode advantage + step groups of turns acting in "
-                              "the same observation, on discounted return-to-go"),
+                  level="turn",
+                  defaults={"step_weight": 1.0, "use_std": True, "episode_discount": False},
+                  description="GiGPO: GRPO episode advantage on the total reward + step groups "
+                              "of turns acting in the same observation, on discounted "
+                              "return-to-go (episode_discount: the episode level discounts "
+                              "too)"),
 ):
     register_estimator(_spec)
 del _spec

@@ -133,6 +133,7 @@ def gigpo_advantages(
     gamma: float,
     step_weight: float = 1.0,
     use_std: bool = True,
+    episode_discount: bool = False,
     eps: float = 1e-6,
 ) -> tuple[chex.Array, chex.Array]:
     """GiGPO advantages, `A = A_E + step_weight * A_S` on agent tokens.
@@ -141,8 +142,13 @@ def gigpo_advantages(
     their tokens, normally the turn end). For row b:
 
         R_k  = sum_{j >= k} gamma^(j - k) r_j             return-to-go of turn k
-        A_E  = GRPO over the episode group of G = R_0     (`grpo_advantages`, use_std as given)
+        G    = sum_k r_k                                  the episode's total reward, as in the
+                                                          GiGPO paper (episode_discount: G = R_0)
+        A_E  = GRPO over the episode group of G           (`grpo_advantages`, use_std as given)
         A_S  = `step_advantages` of turn k's R_k, read at turn k's end token
+
+    Only the step level discounts: `gamma` ranks turns acting in the same state by how soon
+    their returns arrive; the episode level compares whole episodes by their outcome.
 
     Both are broadcast to the turn's agent tokens (`mask > 0`); agent tokens after the last turn
     end (an unfinished turn: no state key) get `A_S = 0`. Padded rows (`row_weight = 0`) enter no
@@ -157,7 +163,7 @@ def gigpo_advantages(
     anchor_BL = valid_BL & (turn_end_BL > 0)
     returns_BL = turn_returns_to_go(rewards_BL, mask_BL, turn_end_BL, gamma=gamma)
     episode_B = advantages.discounted_episode_returns(
-        rewards_BL, mask_BL, turn_end_BL, gamma=gamma
+        rewards_BL, mask_BL, turn_end_BL, gamma=gamma if episode_discount else 1.0
     )
     adv_e_B = advantages.grpo_advantages(
         episode_B, group_ids_B, row_weight_B, use_std=use_std, eps=eps
