@@ -235,10 +235,9 @@ def _(section: RLCurve, workdir: pathlib.Path, slug: str) -> tuple[str, dict[str
     entry: dict[str, Any] = {"plot": rel, "window": section.window}
     if section.held_out is not None:
         xs, ys, lows, highs = section.held_out
-        rows = [[str(int(x)), _fmt(float(y)),
-                 _ci(float(lo), float(hi)) if lows is not None and highs is not None else ""]
-                for x, y, lo, hi in zip(xs, ys, lows if lows is not None else ys,
-                                        highs if highs is not None else ys)]
+        cis = (["" for _ in xs] if lows is None or highs is None
+               else [_ci(float(lo), float(hi)) for lo, hi in zip(lows, highs)])
+        rows = [[str(int(x)), _fmt(float(y)), ci] for x, y, ci in zip(xs, ys, cis)]
         md = markdown_table(["RL iteration", "held-out success", "95% CI (Wilson)"], rows) + "\n\n"
         entry["held_out"] = {"iterations": xs, "success": ys, "ci_low": lows, "ci_high": highs}
     if section.rollout is not None:

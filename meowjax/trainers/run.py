@@ -127,19 +127,16 @@ def _metric_records(workdir: str) -> list[dict[str, Any]]:
 
 def _rl_curve_section(evals: dict[str, Any], workdir: str, difficulty: str) -> Any | None:
     """The held-out learning curve (``evals["curve"]``, Wilson intervals) with the rollout
-    success by iteration (smoothed); None where the run has neither."""
-    points = evals.get("curve") or []
-    held_out = None
-    if points:
-        held_out = ([p["iteration"] for p in points], [p["success"] for p in points],
-                    [p["ci_low"] for p in points], [p["ci_high"] for p in points])
-    rollout = [r["rollout/success"] for r in _metric_records(workdir) if "rollout/success" in r]
-    if held_out is None:
+    success by iteration (smoothed); None where the run has no curve."""
+    points = evals.get("curve")
+    if not points:
         return None
-    n = points[0]["n"]
+    held_out = ([p["iteration"] for p in points], [p["success"] for p in points],
+                [p["ci_low"] for p in points], [p["ci_high"] for p in points])
+    rollout = [r["rollout/success"] for r in _metric_records(workdir) if "rollout/success" in r]
     return report.RLCurve(
-        f"Learning curve: greedy success on {n} held-out {difficulty} games by RL iteration",
-        held_out, (list(range(1, len(rollout) + 1)), rollout) if rollout else None)
+        f"Learning curve: greedy success on {points[0]['n']} held-out {difficulty} games by RL "
+        "iteration", held_out, (list(range(1, len(rollout) + 1)), rollout) if rollout else None)
 
 
 def _cycle_section(evals: dict[str, Any], names: dict[str, str]) -> Any | None:
