@@ -108,6 +108,12 @@ def get_config(arg=None):
     # distinct games, dynamic sampling, constant learning rate and turn cost).
     c.rollout.update(dict(task_order="sample", dynamic_draws=0))
     c.rl.update(dict(lr_schedule="cosine", turn_cost=0.0))
+    # ... and the design they ran in: RL on the base difficulty only, a KL anchor of 0.01,
+    # Pass@(K,T) and diagnostics at the base difficulty, no transfer set or learning curve of
+    # the trainer's own (a study evaluates its own harder games and curve).
+    c.games.update(dict(num_train_hard=0, num_eval_transfer=0, num_curve=0))
+    c.rl.kl_coef = 0.01
+    c.eval.update(dict(sampled_split="eval", curve_every=0))
     if not arg.smoke:
         c.games.num_train = STUDY_RL_GAMES
     c.name = (f"study_{arg.estimator}_{arg.reward}_sft{share:.3g}"
