@@ -91,7 +91,8 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         sections.append(report.PairedGainTable(
             "RL's gain by difficulty (greedy success on the same held-out games before and after "
             "RL; 'gain' when the whole 95% interval is above 0)", paired, show_rates=True))
-    curve = _rl_curve_section(evals, workdir, data.set_difficulty(c, "curve"))
+    records = _metric_records(workdir)
+    curve = _rl_curve_section(evals, records, data.set_difficulty(c, "curve"))
     if curve is not None:
         sections.append(curve)
     sections += [
@@ -109,9 +110,8 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         sections.append(cycles)
     if out.get("phase_s"):
         sections.append(_phase_section(out["phase_s"], seconds))
-    sampled = c.eval.sampled_split
-    sections += _comparison_sections(evals, data.set_difficulty(c, sampled))
-    sections += _curve_sections(workdir)
+    sections += _comparison_sections(evals, data.set_difficulty(c, c.eval.sampled_split))
+    sections += _curve_sections(records)
     path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
     return str(path)
 
@@ -125,7 +125,8 @@ def _metric_records(workdir: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f]
 
 
-def _rl_curve_section(evals: dict[str, Any], workdir: str, difficulty: str) -> Any | None:
+def _rl_curve_section(evals: dict[str, Any], records: list[dict[str, Any]],
+                      difficulty: str) -> Any | None:
     """The held-out learning curve (``evals["curve"]``, Wilson intervals) with the rollout
     success by iteration (smoothed); None where the run has no curve."""
     points = evals.get("curve")
@@ -133,7 +134,7 @@ def _rl_curve_section(evals: dict[str, Any], workdir: str, difficulty: str) -> A
         return None
     held_out = ([p["iteration"] for p in points], [p["success"] for p in points],
                 [p["ci_low"] for p in points], [p["ci_high"] for p in points])
-    rollout = [r["rollout/success"] for r in _metric_records(workdir) if "rollout/success" in r]
+    rollout = [r["rollout/success"] for r in records if "rollout/success" in r]
     return report.RLCurve(
         f"Learning curve: greedy success on {points[0]['n']} held-out {difficulty} games by RL "
         "iteration", held_out, (list(range(1, len(rollout) + 1)), rollout) if rollout else None)
@@ -234,9 +235,9 @@ _CURVES = (
 )
 
 
-def _curve_sections(workdir: str) -> list[Any]:
-    """The SFT loss by step and the RL curves by iteration (one RL record per iteration)."""
-    records = _metric_records(workdir)
+def _curve_sections(records: list[dict[str, Any]]) -> list[Any]:
+    """The SFT loss by step and the RL curves by iteration (one RL record per iteration) from
+    metrics.jsonl's ``records``."""
     out = []
     for title, metric, xlabel, keys, higher_is_better in _CURVES:
         curves = {}
