@@ -153,11 +153,13 @@ def base_config() -> ml_collections.ConfigDict:
     # Greedy success on both held-out splits at the start of RL and at the end; Pass@(K,T) from
     # num_samples sampled episodes per game at the end (and at the start if sample_start).
     # sampled_split: the held-out set whose sampled episodes give Pass@(K,T) and the per-turn
-    # diagnostics ("eval" or "eval_hard"). curve_every: RL iterations between two points of the
+    # diagnostics ("eval" or "eval_hard"); sampled_games: how many of its games (the first
+    # ones) are sampled (0 = all of them). curve_every: RL iterations between two points of the
     # held-out learning curve on games.num_curve games (0 = no curve).
     c.eval = ml_collections.ConfigDict(dict(every_iters=10, num_samples=4, sample_start=True,
                                             pass_ks=(1, 2, 4), pass_ts=(4, 6, 8, 12),
-                                            sampled_split="eval", curve_every=0))
+                                            sampled_split="eval", sampled_games=0,
+                                            curve_every=0))
     c.checkpoint = ml_collections.ConfigDict(dict(every_iters=10, max_to_keep=2))
     c.log = ml_collections.ConfigDict(dict(every_steps=1))
     return c

@@ -23,6 +23,19 @@ from meowjax.trainers import data
 EVAL_RNG = 9  # host randomness of evaluations: default_rng([seed, EVAL_RNG, ...])
 
 
+def sampled_tasks(tasks: Sequence[Any], num: int) -> list[Any]:
+    """The games whose sampled episodes give Pass@(K,T) and the diagnostics: the first ``num``
+    of the sampled split (``eval.sampled_games``; 0 = all). The greedy success is measured on
+    all of them either way; sampling fewer keeps the evaluation's cost down where the greedy
+    interval needs many games."""
+    if num < 0:
+        raise ValueError(f"eval.sampled_games={num} must be >= 0 (0 = every game of the split).")
+    if num > len(tasks):
+        raise ValueError(f"eval.sampled_games={num}, but the sampled split holds {len(tasks)} "
+                         "games: lower it, or 0 for all of them.")
+    return list(tasks[:num] if num else tasks)
+
+
 class Evaluation:
     """The evaluation methods of a trainer (see the module doc)."""
 
@@ -41,6 +54,7 @@ class Evaluation:
             out[split] = outcomes.success_summary(self.play_tasks(params, pool, tasks, samples=1,
                                                          greedy=True, desc=split, **kw))
             if sampled and split == c.eval.sampled_split and c.eval.num_samples > 0:
+                tasks = sampled_tasks(tasks, c.eval.sampled_games)
                 trajs = self.play_tasks(params, pool, tasks, samples=c.eval.num_samples,
                                         greedy=False, desc=f"{split} sampled", **kw)
                 out["pass_at_k_t"] = passk.grid_json(outcomes.by_task(trajs), c.eval.pass_ks,

@@ -42,7 +42,7 @@ from meowjax.runtime import (checkpoint, console, host_memory, metrics_log, mult
                              preemption)
 from meowjax.runtime.preemption import Preempted
 from meowjax.trainers import data, dynamic_sampling, greedy_baseline, optim, returns, steps
-from meowjax.trainers.evaluation import Evaluation
+from meowjax.trainers.evaluation import Evaluation, sampled_tasks
 from meowjax.trainers.train_state import DONE, RL, SFT, TrainerState
 
 SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, RENAME_RNG = 1, 2, 3, 7, 12  # EVAL_RNG = 9
@@ -103,6 +103,8 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             t_games = time.time()
             self.sets = data.game_sets(c) if training else {}
             self.games_s = time.time() - t_games   # generated, or loaded from the cache
+            if training and c.eval.num_samples > 0:   # fails now, not after SFT
+                sampled_tasks(self.sets.get(c.eval.sampled_split, []), c.eval.sampled_games)
             self.rename = data.task_renamer(c, self.sets) if training else None
             sft_tasks = self.sets["sft"][:self.plan["sft_demos"]] if training else []
             self.expert = data.expert_data(c, sft_tasks) if training else []
@@ -339,6 +341,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                 play_draw, want=c.rollout.tasks_per_iter, max_draws=c.rollout.dynamic_draws,
                 turn_cost=c.rl.turn_cost)
         t_roll = time.time() - t0
+        # Kept host memory (host_memory.keep_freed_memory): the rollout's freed buffers go back
+        # before the update allocates its own, so the two phases' peaks do not stack.
+        host_memory.release_free_memory()
         rows = self.update_rows(eps)
         refl, vals, olds = self._old_terms(state, ref, rows)
         for row, r, v in zip(rows, refl, vals):
