@@ -28,8 +28,12 @@ def test_default_smoke_run_end_to_end(tiny_games_dir, tmp_path):
     for tag in ("start", "final"):
         for split, n in (("eval", 3), ("eval_hard", 2), ("eval_transfer", 2)):
             assert evals[tag][split]["n"] == n and len(evals[tag][split]["per_game"]) == n
-    # Pass@(K,T) and the per-turn diagnostics come from the RL difficulty's sampled episodes.
-    assert evals["final"]["pass_at_k_t"]["n_tasks"] == 2
+    # Pass@(K,T) and the per-turn diagnostics come from the sampled episodes of the first
+    # eval.sampled_games games of the RL difficulty (greedy success: all of them).
+    assert c.eval.sampled_games == 1 and c.eval.num_samples == 2
+    for tag in ("start", "final"):
+        assert evals[tag]["pass_at_k_t"]["n_tasks"] == 1
+        assert evals[tag]["diagnostics"]["episodes"] == 2
     # The curve: at the start of RL, every eval.curve_every iterations and at the last one.
     assert out["rl_iters"] == 5 and c.eval.curve_every == 2
     curve = evals["curve"]
