@@ -41,6 +41,10 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.name = "base"
+    # Plugins: comma-separated modules imported before the run is built, e.g.
+    # --config.imports=my_pkg.my_estimator; they register estimators, env families and policy
+    # interfaces by name (meowjax.runtime.plugins), which the config then names.
+    c.imports = ""
 
     # Environment and game sets. Difficulty names follow w{world}-o{objects}-q{quest}.
     # The RL pool: num_train games of the training difficulty + num_train_hard of the harder one.

@@ -38,6 +38,7 @@ from meowjax.envs.pool import EnvPool
 from meowjax.eval import outcomes, passk, report
 from meowjax.eval.traces import diagnostics, replay_traces
 from meowjax.rollout.trajectory import Trajectory
+from meowjax.runtime import plugins
 from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
 
@@ -128,6 +129,7 @@ def load_agent(c: ml_collections.ConfigDict, workdir: str) -> Agent:
         raise FileNotFoundError(f"{workdir}/tokenizer is missing; the checkpoint's game-text "
                                 "tokenizer is needed to evaluate it (train first: "
                                 "experiments/train.py, or pass --hf_path/--smollm2).")
+    plugins.import_plugins(c.imports)   # the run's registered estimator, family, interface
     trainer = trainer_class(c.policy.interface)(c, workdir, training=False)
     try:
         params, meta = trainer.restore_policy()

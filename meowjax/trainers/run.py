@@ -19,7 +19,7 @@ import numpy as np
 
 from meowjax.eval import passk, report
 from meowjax import sharding
-from meowjax.runtime import console, multihost, preemption, workdir_lock
+from meowjax.runtime import console, multihost, plugins, preemption, workdir_lock
 from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
 
@@ -281,6 +281,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     the state is saved; with several processes, all of them save and stop together). Process 0
     writes the report."""
     t0 = time.time()
+    plugins.import_plugins(c.imports)   # before anything looks up a registered name
     sharding.maybe_initialize_distributed(c.distributed)
     if multihost.is_multiprocess():
         console.tag_lines(multihost.process_tag())
