@@ -117,14 +117,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft = ml_collections.ConfigDict(dict(
         epochs=6, batch_rows=32, lr=1e-3, lr_schedule="cosine", warmup_steps=20, grad_clip=1.0,
         weight_decay=0.0, augment_copies=0, lm_coef=0.0))
-    # The objective (meowjax.rl.objective): PPO clip (clip_eps_high / dual_clip / value_clip:
-    # 0 = off), KL to the SFT policy in the loss or folded into the rewards (kl_in_loss, with
-    # kl_kind's estimator either way), entropy bonus, auxiliary LM loss, aggregation `agg` (one
-    # of meowjax.rl.AGG_MODES). Each advantage estimator reads the shared gamma / lam plus its
-    # own section rl.<estimator> (e.g. rl.grpo.use_std, rl.gigpo.step_weight), whose fields and
-    # defaults come from the estimator registry. loss_norm: "iteration" divides every update step
-    # of an RL iteration by the same number (a full minibatch's worth of units), so the small
-    # last minibatch of an epoch weighs each row like the rest; "minibatch": by its own count.
+    # The objective (meowjax.rl.objective): the policy loss policy_loss (registered by name in
+    # meowjax.rl.policy_losses: "ppo_clip", "cispo"), its clip (clip_eps_high / dual_clip /
+    # value_clip: 0 = off), KL to the SFT policy in the loss or folded into the rewards
+    # (kl_in_loss, with kl_kind's estimator either way), entropy bonus, auxiliary LM loss,
+    # aggregation `agg` (one of meowjax.rl.AGG_MODES). Each advantage estimator reads the shared
+    # gamma / lam plus its own section rl.<estimator> (e.g. rl.grpo.use_std,
+    # rl.gigpo.step_weight), whose fields and defaults come from the estimator registry.
+    # loss_norm: "iteration" divides every update step of an RL iteration by the same number (a
+    # full minibatch's worth of units), so the small last minibatch of an epoch weighs each row
+    # like the rest; "minibatch": by its own count.
     # turn_cost: subtracted from the reward of every agent turn (detours cost; with gamma = 1
     # and a telescoping process reward they are free). bootstrap_truncated: the critic
     # estimators continue an episode cut by its turn budget from the critic's value instead of
@@ -136,7 +138,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl = ml_collections.ConfigDict(dict(
         estimator="rloo", gamma=1.0, lam=1.0, whiten_advantages=False, agg="token_mean",
         loss_norm="iteration", turn_cost=0.0, bootstrap_truncated=True,
-        clip_eps=0.2, clip_eps_high=0.0, dual_clip=0.0, value_clip=0.5,
+        policy_loss="ppo_clip", clip_eps=0.2, clip_eps_high=0.0, dual_clip=0.0, value_clip=0.5,
         kl_coef=0.0, kl_kind="k3", kl_in_loss=True, entropy_coef=0.0,
         tis="auto", tis_cap=2.0, tis_band=(0.5, 2.0),
         epochs=2, minibatch_rows=32, lr=3e-4, lr_schedule="cosine", critic_lr=1e-3,

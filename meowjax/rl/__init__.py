@@ -43,6 +43,13 @@ from meowjax.rl.losses import (
     tis_weights,
     value_loss,
 )
+from meowjax.rl.policy_losses import (
+    POLICY_LOSSES,
+    PolicyLossSpec,
+    cispo_policy_loss,
+    get_policy_loss,
+    register_policy_loss,
+)
 from meowjax.rl.reduce import AGG_MODES, masked_aggregate, masked_mean, masked_whiten
 
 __all__ = [
@@ -52,15 +59,19 @@ __all__ = [
     "EstimatorSpec",
     "HParams",
     "KL_KINDS",
+    "POLICY_LOSSES",
+    "PolicyLossSpec",
     "TIS_MODES",
     "broadcast_episode_advantage",
     "broadcast_turn_ends",
+    "cispo_policy_loss",
     "compute_advantages",
     "discounted_episode_returns",
     "entropy_from_logits",
     "episode_returns",
     "estimator_hparams",
     "fold_kl_into_rewards",
+    "get_policy_loss",
     "gigpo_advantages",
     "group_normalise",
     "grpo_advantages",
@@ -72,6 +83,7 @@ __all__ = [
     "masked_whiten",
     "ppo_policy_loss",
     "register_estimator",
+    "register_policy_loss",
     "rloo_advantages",
     "step_advantages",
     "step_groups",

@@ -8,6 +8,8 @@ else — clipping, KL, entropy bonus, aggregation, the critic — is written her
     rho_u  = exp(log pi(u) - log pi_old(u))
     L_pg   = agg_u max(-A_u rho_u, -A_u clip(rho_u, 1 - eps, 1 + eps_hi))   [dual clip: min(., -c A_u)
                                                                              where A_u < 0]
+             (`policy_loss="ppo_clip"`; the surrogate is registered by name: `policy_losses`,
+             e.g. "cispo": agg_u -sg(clip(rho_u, 1 - eps, 1 + eps_hi)) A_u log pi(u))
     L      = L_pg - c_ent mean_u H_u + c_kl [kl_in_loss] agg_u KL_k(pi || pi_ref)_u + c_lm LM
     L_V    = agg_u 0.5 max((V_u - R_u)^2, (V_clip,u - R_u)^2)
 
@@ -34,7 +36,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from meowjax.rl import advantages, losses, reduce
+from meowjax.rl import advantages, losses, policy_losses, reduce
 
 # `rl.tis`: "auto" is "truncate" for a model computing in bf16, "off" in fp32 (`resolve_tis`).
 TIS_CHOICES = ("auto", *losses.TIS_MODES)
@@ -56,11 +58,13 @@ class PolicyTerms(NamedTuple):
 class ObjectiveConfig:
     """The objective's hyper-parameters (the `rl` config section's fields of the same names).
 
+    `policy_loss`: a name registered in `policy_losses` ("ppo_clip", "cispo", ...).
     `clip_eps_high`, `dual_clip`, `value_clip`: 0 disables. `agg`: one of `reduce.AGG_MODES`,
     used for the policy, KL and value terms. `tis`: one of `TIS_CHOICES`; "auto" is resolved by
     the trainer from the model's compute dtype (`resolve_tis`) before any loss is built.
     `tis_cap`: C of "truncate" (>= 1); `tis_band`: (lo, hi) of "mask" (0 <= lo <= 1 <= hi)."""
 
+    policy_loss: str = "ppo_clip"
     clip_eps: float = 0.2
     clip_eps_high: float = 0.0
     dual_clip: float = 0.0
@@ -76,6 +80,11 @@ class ObjectiveConfig:
     tis_band: tuple[float, float] = (0.5, 2.0)
 
     def __post_init__(self):
+        spec = policy_losses.get_policy_loss(self.policy_loss)
+        if self.dual_clip > 0 and not spec.dual_clip:
+            raise ValueError(f"rl.dual_clip={self.dual_clip} is a bound of PPO's clipped "
+                             f"surrogate; rl.policy_loss={self.policy_loss!r} has none: set "
+                             "rl.dual_clip=0.")
         if self.agg not in reduce.AGG_MODES:
             raise ValueError(f"rl.agg={self.agg!r}; choose one of {list(reduce.AGG_MODES)}.")
         if self.kl_kind not in losses.KL_KINDS:
@@ -149,10 +158,8 @@ def policy_loss(terms: PolicyTerms, batch: Mapping[str, chex.Array], cfg: Object
         pi_old = units(batch["trainer_old_logp"])
         tis_w, tis_m = losses.tis_weights(pi_old, old, mask, w, mode=cfg.tis, cap=cfg.tis_cap,
                                           band=cfg.tis_band)
-    pg, m = losses.ppo_policy_loss(logp, pi_old, adv, mask, w, clip_eps=cfg.clip_eps,
-                                   clip_eps_high=_opt(cfg.clip_eps_high),
-                                   dual_clip=_opt(cfg.dual_clip), agg=cfg.agg, norm=norm,
-                                   weight_BL=tis_w)
+    pg, m = policy_losses.get_policy_loss(cfg.policy_loss).fn(logp, pi_old, adv, mask, w, cfg,
+                                                              norm=norm, weight_BL=tis_w)
     ent = reduce.masked_mean(terms.entropy_BU, mask, w)
     kl = (losses.kl_loss(logp, units(batch["ref_logp"]), mask, w, kind=cfg.kl_kind, agg=cfg.agg,
                          norm=norm)
