@@ -19,11 +19,11 @@ the same numbers (only where buffers live changes). The cost is resident memory:
 stay with the process, and one heap serving buffers of many sizes fragments, so the resident
 set grows past the live peak (the default run: 3.2 -> 5.4 GiB peak RSS, 10.8 -> 9.2 min).
 ``release_free_memory()`` (``malloc_trim``) hands the free pages back; the trainer loop calls it
-between RL iterations, and between an iteration's rollouts and its update, so each phase faults
-its buffers in once instead of every step (between iterations alone did not lower the default
-run's peak, which is reached inside RL iterations: ``memory_metrics``, logged by the trainer,
-shows 0.8-1.6 GiB through SFT and 3.2-5.7 GiB in RL). Other allocators
-(macOS, musl) are left alone. Call ``keep_freed_memory`` before the first computation of the
+between RL iterations, so each iteration faults its buffers in once instead of every step (that
+did not lower the default run's peak, which is reached inside RL iterations: ``memory_metrics``,
+logged by the trainer, shows 0.8-1.6 GiB through SFT and 3.2-5.7 GiB in RL; with a second call
+between an iteration's rollouts and its update the peak still grew through RL to 6.9 GiB:
+docs/results-history.md). Other allocators (macOS, musl) are left alone. Call ``keep_freed_memory`` before the first computation of the
 process (the entry points do, under ``--keep_host_memory``); ``restore_defaults()`` undoes the
 mmap and trim settings (the single heap stays), for before/after benchmarks in one process.
 """

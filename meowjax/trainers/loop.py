@@ -341,9 +341,6 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                 play_draw, want=c.rollout.tasks_per_iter, max_draws=c.rollout.dynamic_draws,
                 turn_cost=c.rl.turn_cost)
         t_roll = time.time() - t0
-        # Kept host memory (host_memory.keep_freed_memory): the rollout's freed buffers go back
-        # before the update allocates its own, so the two phases' peaks do not stack.
-        host_memory.release_free_memory()
         rows = self.update_rows(eps)
         refl, vals, olds = self._old_terms(state, ref, rows)
         for row, r, v in zip(rows, refl, vals):
