@@ -23,9 +23,10 @@ between RL iterations, so each iteration faults its buffers in once instead of e
 did not lower the default run's peak, which is reached inside RL iterations: ``memory_metrics``,
 logged by the trainer, shows 0.8-1.6 GiB through SFT and 3.2-5.7 GiB in RL; with a second call
 between an iteration's rollouts and its update the peak still grew through RL to 6.9 GiB:
-docs/results-history.md). Other allocators (macOS, musl) are left alone. Call ``keep_freed_memory`` before the first computation of the
-process (the entry points do, under ``--keep_host_memory``); ``restore_defaults()`` undoes the
-mmap and trim settings (the single heap stays), for before/after benchmarks in one process.
+docs/results-history.md). Other allocators (macOS, musl) are left alone. Call
+``keep_freed_memory`` before the first computation of the process (the entry points do, under
+``--keep_host_memory``); ``restore_defaults()`` undoes the mmap and trim settings (the single
+heap stays), for before/after benchmarks in one process.
 """
 
 from __future__ import annotations
