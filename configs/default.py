@@ -96,7 +96,7 @@ def get_config(arg=None):
         c.rl.update(dict(epochs=1, minibatch_rows=16, lr_schedule="cosine", turn_cost=0.0))
         c.turns.update(dict(max_turns=6, eval_max_turns=6))
         c.eval.update(dict(every_iters=0, num_samples=2, pass_ks=(1, 2), pass_ts=(2, 4, 6),
-                           sampled_games=1, curve_every=2))
+                           sampled_games=0, curve_every=2))
         c.checkpoint.every_iters = 2
     c.lock()
     return c

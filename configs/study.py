@@ -113,7 +113,7 @@ def get_config(arg=None):
     # the trainer's own (a study evaluates its own harder games and curve).
     c.games.update(dict(num_train_hard=0, num_eval_transfer=0, num_curve=0))
     c.rl.kl_coef = 0.01
-    c.eval.update(dict(sampled_split="eval", curve_every=0))
+    c.eval.update(dict(sampled_split="eval", sampled_games=0, curve_every=0))
     if not arg.smoke:
         c.games.num_train = STUDY_RL_GAMES
     c.name = (f"study_{arg.estimator}_{arg.reward}_sft{share:.3g}"

@@ -19,6 +19,7 @@ def test_default_smoke_run_end_to_end(tiny_games_dir, tmp_path):
     c = default.get_config("smoke=True")
     c.unlock()
     c.games.cache_dir = tiny_games_dir
+    c.eval.sampled_games = 1   # the default samples the first 100 of its 200: here 1 of 2
     c.lock()
     workdir = str(tmp_path / "run")
     tracked = config_tracking.track(c)
