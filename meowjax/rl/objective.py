@@ -124,10 +124,6 @@ class ObjectiveConfig:
         return dataclasses.replace(self, tis="truncate" if narrow else "off")
 
 
-def _opt(x: float) -> float | None:
-    return x if x > 0 else None
-
-
 def units(x: chex.Array) -> chex.Array:
     """A per-row field as `[B, U]`: a `[B]` array (one unit per row) becomes `[B, 1]`."""
     return x[:, None] if jnp.ndim(x) == 1 else x
@@ -198,7 +194,8 @@ def critic_loss(values_BU: chex.Array, mask_BU: chex.Array, batch: Mapping[str, 
     w = batch["row_weight"]
     ret = units(batch["ret"])
     loss, m = losses.value_loss(values_BU, units(batch["old_value"]), ret, mask_BU, w,
-                                clip=_opt(cfg.value_clip), agg=cfg.agg, norm=loss_norm(batch))
+                                clip=policy_losses.disabled_if_zero(cfg.value_clip), agg=cfg.agg,
+                                norm=loss_norm(batch))
     err = reduce.masked_mean(jnp.abs(values_BU - ret), mask_BU, w)
     return loss, {f"{prefix}/value_loss": loss, f"{prefix}/value_abs_err": err,
                   f"{prefix}/value_clip_fraction": m["clip_fraction"]}

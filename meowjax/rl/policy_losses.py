@@ -63,16 +63,19 @@ def get_policy_loss(name: str) -> PolicyLossSpec:
     return POLICY_LOSSES[name]
 
 
-def _opt(x: float) -> float | None:
+def disabled_if_zero(x: float) -> float | None:
+    """A config bound where 0 means off (clip_eps_high, dual_clip, value_clip) as the losses take
+    it: None when off."""
     return x if x > 0 else None
 
 
 def _ppo_clip(logp_BL, old_logp_BL, adv_BL, mask_BL, row_weight_B, cfg: Any, *, norm,
               weight_BL):
     return losses.ppo_policy_loss(logp_BL, old_logp_BL, adv_BL, mask_BL, row_weight_B,
-                                  clip_eps=cfg.clip_eps, clip_eps_high=_opt(cfg.clip_eps_high),
-                                  dual_clip=_opt(cfg.dual_clip), agg=cfg.agg, norm=norm,
-                                  weight_BL=weight_BL)
+                                  clip_eps=cfg.clip_eps,
+                                  clip_eps_high=disabled_if_zero(cfg.clip_eps_high),
+                                  dual_clip=disabled_if_zero(cfg.dual_clip), agg=cfg.agg,
+                                  norm=norm, weight_BL=weight_BL)
 
 
 def cispo_policy_loss(
@@ -128,7 +131,8 @@ def cispo_policy_loss(
 
 def _cispo(logp_BL, old_logp_BL, adv_BL, mask_BL, row_weight_B, cfg: Any, *, norm, weight_BL):
     return cispo_policy_loss(logp_BL, old_logp_BL, adv_BL, mask_BL, row_weight_B,
-                             clip_eps=cfg.clip_eps, clip_eps_high=_opt(cfg.clip_eps_high),
+                             clip_eps=cfg.clip_eps,
+                             clip_eps_high=disabled_if_zero(cfg.clip_eps_high),
                              agg=cfg.agg, norm=norm, weight_BL=weight_BL)
 
 

@@ -54,12 +54,12 @@ class Evaluation:
             out[split] = outcomes.success_summary(self.play_tasks(params, pool, tasks, samples=1,
                                                          greedy=True, desc=split, **kw))
             if sampled and split == c.eval.sampled_split and c.eval.num_samples > 0:
-                tasks = sampled_tasks(tasks, c.eval.sampled_games)
-                trajs = self.play_tasks(params, pool, tasks, samples=c.eval.num_samples,
+                subset = sampled_tasks(tasks, c.eval.sampled_games)
+                trajs = self.play_tasks(params, pool, subset, samples=c.eval.num_samples,
                                         greedy=False, desc=f"{split} sampled", **kw)
                 out["pass_at_k_t"] = passk.grid_json(outcomes.by_task(trajs), c.eval.pass_ks,
                                                      c.eval.pass_ts, mode="single_run")
-                diag = self.turn_diagnostics(tasks, trajs)
+                diag = self.turn_diagnostics(subset, trajs)
                 if diag is not None:
                     out["diagnostics"] = diag
         console.info("%s", console.eval_line(
