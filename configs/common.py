@@ -135,6 +135,10 @@ def base_config() -> ml_collections.ConfigDict:
     # PPO ratio is the trainer's own recomputation, each unit weighted by min(pi_old/mu, tis_cap)
     # ("truncate") or 1 inside the ratio band tis_band, else 0 ("mask"); "auto" = "truncate" for a
     # bf16 model, "off" in fp32.
+    # replay_steps: after each RL iteration's update, that many SFT steps (the SFT loss, with
+    # sft.lm_coef) on sft.batch_rows demonstration rows drawn afresh, through the RL optimizer:
+    # the demonstrations keep pulling while RL plays games they do not cover (PPO-ptx's
+    # pretraining mix, as separate steps so that no update batch changes shape). 0 = off.
     c.rl = ml_collections.ConfigDict(dict(
         estimator="rloo", gamma=1.0, lam=1.0, whiten_advantages=False, agg="token_mean",
         loss_norm="iteration", turn_cost=0.0, bootstrap_truncated=True,
@@ -143,7 +147,7 @@ def base_config() -> ml_collections.ConfigDict:
         tis="auto", tis_cap=2.0, tis_band=(0.5, 2.0),
         epochs=2, minibatch_rows=32, lr=3e-4, lr_schedule="cosine", critic_lr=1e-3,
         warmup_steps=5, grad_clip=1.0,
-        weight_decay=0.0, lm_coef=0.0))
+        weight_decay=0.0, lm_coef=0.0, replay_steps=0))
     for name, spec in rl.ESTIMATORS.items():
         if spec.defaults:
             c.rl[name] = ml_collections.ConfigDict(dict(spec.defaults))

@@ -41,11 +41,13 @@ from meowjax.sharding import make_mesh
 from meowjax.runtime import (checkpoint, console, host_memory, metrics_log, multihost, placement,
                              preemption)
 from meowjax.runtime.preemption import Preempted
-from meowjax.trainers import data, dynamic_sampling, greedy_baseline, optim, returns, steps
+from meowjax.trainers import (data, dynamic_sampling, greedy_baseline, optim, replay, returns,
+                              steps)
 from meowjax.trainers.evaluation import Evaluation, sampled_tasks
 from meowjax.trainers.train_state import DONE, RL, SFT, TrainerState
 
-SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, RENAME_RNG = 1, 2, 3, 7, 12  # EVAL_RNG = 9
+SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, RENAME_RNG, REPLAY_RNG = 1, 2, 3, 7, 12, 13
+# EVAL_RNG = 9
 
 
 def host_rng(seed: int, *keys: int) -> np.random.Generator:
@@ -117,6 +119,10 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         self.rl_iters = self.plan["rl_episodes"] // per_iter
         self.sft_steps = c.sft.epochs * -(-len(self.sft_rows) // c.sft.batch_rows)
         rl_steps = data.rl_update_steps(c, self.rows_per_iter_estimate(), self.rl_iters)
+        if training and self.rl_iters and c.rl.replay_steps:   # fails now, not after SFT
+            replay.replay_minibatches([0] * len(self.sft_rows), c.rl.replay_steps,
+                                      c.sft.batch_rows, host_rng(c.seed, REPLAY_RNG, 0))
+        rl_steps += c.rl.replay_steps * self.rl_iters   # they step the RL optimizer too
         # Without training the optimizers only give the checkpointed state its structure.
         self.sft_opt = optim.optimizer_from_config(c.sft, max(1, self.sft_steps))
         self.rl_opt = optim.optimizer_from_config(c.rl, rl_steps)
@@ -138,6 +144,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             self.units, self.rl_opt, self.critic_opt, self.objective,
             temperature=c.policy.temperature, needs_critic=self.spec.needs_critic,
             shardings=self.shardings[RL])
+        self.replay_step = steps.make_sft_step(
+            self.units, self.rl_opt, objective.ObjectiveConfig(lm_coef=c.sft.lm_coef),
+            shardings=self.shardings[RL], prefix="replay") if c.rl.replay_steps else None
         self.old_terms = steps.make_old_terms(
             self.units, temperature=c.policy.temperature, needs_ref=self.needs_ref,
             needs_critic=self.spec.needs_critic)
@@ -388,6 +397,14 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                 state, m = self.pg_step(state, self.place.batch(batch))
                 for k, v in m.items():
                     acc.setdefault(k, []).append(v)
+        # Demonstration replay (rl.replay_steps, trainers.replay): SFT steps on the RL state.
+        sft_lengths = [len(r["tokens"]) for r in self.sft_rows] if c.rl.replay_steps else []
+        for idx in replay.replay_minibatches(sft_lengths, c.rl.replay_steps, c.sft.batch_rows,
+                                             host_rng(c.seed, REPLAY_RNG, it)):
+            batch = self.pack([self.sft_rows[j] for j in idx], c.sft.batch_rows, "replay")
+            state, m = self.replay_step(state, self.place.batch(batch))
+            for k, v in m.items():
+                acc.setdefault(k, []).append(v)
         # The first minibatch runs on the sampling params: its |log pi - sampled log pi| is the
         # sampler-vs-trainer mismatch of this iteration's rows (later ones measure the update).
         mismatch = acc.pop("pg/logp_mismatch_max")

@@ -4,6 +4,7 @@ An interface describes its units (tokens for free text, turns for candidate scor
 `Units` object; the losses are `meowjax.rl.objective`'s, the optimizer step `optim`'s:
 
     SFT:        L = -agg_u log pi(expert u) + c_lm LM                      (tau = 1)
+    replay:     the SFT loss on demonstration rows, a step on the RL state between RL updates
     PG:         L = PPO_clip + KL / entropy / LM terms   [+ critic: clipped value loss]
     old terms:  (log pi_ref(u), V(u)) before the update, zeros for a term the run does not use
                 [+ log pi_old(u), the trainer's own, for truncated importance sampling]
@@ -40,14 +41,18 @@ class Units(Protocol):
 
 
 def make_sft_step(units: Units, optimizer: optax.GradientTransformation,
-                  cfg: objective.ObjectiveConfig, shardings: StepShardings | None = None):
-    """jit(state, batch) -> (state, metrics): behaviour cloning on the batch's expert units."""
+                  cfg: objective.ObjectiveConfig, shardings: StepShardings | None = None,
+                  prefix: str = "sft"):
+    """jit(state, batch) -> (state, metrics): behaviour cloning on the batch's expert units.
+
+    The SFT phase builds it on the SFT state and optimizer; demonstration replay during RL
+    (``rl.replay_steps``) builds it on the RL state and optimizer, with ``prefix="replay"``."""
 
     def loss_fn(params, batch):
         terms = units.policy_terms(params, batch, 1.0)
-        return objective.sft_loss(terms, batch["row_weight"], cfg)
+        return objective.sft_loss(terms, batch["row_weight"], cfg, prefix=prefix)
 
-    return optim.make_update_step(loss_fn, optimizer, prefix="sft", shardings=shardings)
+    return optim.make_update_step(loss_fn, optimizer, prefix=prefix, shardings=shardings)
 
 
 def make_pg_step(units: Units, optimizer: optax.GradientTransformation,
