@@ -16,7 +16,7 @@ def get_config(arg=None):
     c = common.base_config()
     c.name = "swe_tiny"
     # Model-written code runs isolated; "best_effort" only where namespaces are unavailable and
-    # the code is trusted (see README, "Running untrusted code").
+    # the code is trusted (see docs/sandbox.md).
     c.env.update(dict(family="swe", reward_mode="ratio", num_workers=2, sandbox="namespaces"))
     c.games.update(dict(cache_dir="data/swe", level=1, num_train=32, num_sft=32, num_eval=16,
                         num_eval_hard=8))
