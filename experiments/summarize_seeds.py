@@ -34,7 +34,8 @@ def main(argv):
         print(f"seed {r['seed']} ({r['commit'][:7] if r['commit'] else '?'}): " + "; ".join(cells))
     for role, m in record["mean_gain"].items():
         print(f"mean gain, {role}: {m['mean']:+.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}] over "
-              f"{m['seeds']} seeds")
+              f"{m['seeds']} seeds (two-stage bootstrap [{m['two_stage_low']:.3f}, "
+              f"{m['two_stage_high']:.3f}]; detectable at 80% power: {m['mde_80']:.3f})")
     print(f"wrote {_OUT.value}")
 
 

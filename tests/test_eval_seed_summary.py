@@ -36,6 +36,12 @@ def test_seed_summary_records_paired_gains_and_the_mean_over_seeds(tmp_path):
     assert m["mean"] == pytest.approx(0.375) and m["seeds"] == 2
     assert m["ci_high"] - m["mean"] == pytest.approx(12.7062 * np.std([0.25, 0.5], ddof=1)
                                                      / np.sqrt(2), rel=1e-4)
+    # MDE: (t(0.975, 1) + t(0.8, 1)) * 0.1768 / sqrt(2) = (12.7062 + 1.3764) * 0.125 = 1.7603
+    assert m["mde_80"] == pytest.approx(1.7603, abs=1e-3)
+    # Two-stage bootstrap: every resample's mean lies in [0, 1] (per-game gains are 0 or 1)
+    # and the interval holds the mean, narrower than the 2-seed t interval.
+    assert 0.0 <= m["two_stage_low"] < m["mean"] < m["two_stage_high"] <= 1.0
+    assert m["two_stage_high"] - m["two_stage_low"] < m["ci_high"] - m["ci_low"]
 
 
 def test_seed_summary_refuses_unfinished_runs_and_repeated_seeds(tmp_path):

@@ -271,3 +271,39 @@ def test_studies_cells_of_a_seed_share_one_sft_run(tiny_games_dir, tmp_path, mon
     assert rec["folder"] == str(moved)
     assert shared_sft.seed_workdir(configs[0], rec, str(tmp_path / "seeded_from_moved"))
     assert shared_sft.has_checkpoint(str(tmp_path / "seeded_from_moved"))
+
+
+def test_studies_two_stage_bootstrap_resamples_seeds_then_games():
+    # Two seeds whose games all agree: only the seed stage varies, theta* in {0, 0.5, 1}.
+    mean, low, high = ss.two_stage_bootstrap([[1.0, 1.0, 1.0], [0.0, 0.0]], num=2000)
+    assert mean == 0.5 and (low, high) == (0.0, 1.0)
+    # One seed: a plain bootstrap of its games; the interval of a 0/1 mean of 0.5 over 100
+    # games is about 0.5 +- 1.96 * 0.05.
+    mean, low, high = ss.two_stage_bootstrap([[1.0, 0.0] * 50], num=4000)
+    assert mean == 0.5 and low == pytest.approx(0.40, abs=0.02) and high == pytest.approx(0.60, abs=0.02)
+    # Identical seeds: the seed stage adds nothing, the width is the games' alone (pooled
+    # 300 games: half-width ~ 1.96 * 0.5 / sqrt(300) = 0.057); wider than the pooled pairs'
+    # interval once the seeds differ.
+    same = [[1.0, 0.0] * 50] * 3
+    _, low, high = ss.two_stage_bootstrap(same)
+    assert (high - low) / 2 == pytest.approx(0.057, abs=0.01)
+    apart = [[1.0] * 60 + [0.0] * 40, [1.0] * 40 + [0.0] * 60, [1.0] * 50 + [0.0] * 50]
+    _, low2, high2 = ss.two_stage_bootstrap(apart)
+    assert high2 - low2 > high - low + 0.05
+    assert all(math.isnan(v) for v in ss.two_stage_bootstrap([[], []]))
+
+
+def test_studies_minimal_detectable_effect_by_hand():
+    # 5 seeds, s = 0.05: t(0.975, 4) = 2.7764, t(0.8, 4) = 0.9410 -> 3.7174 * 0.05 / sqrt(5).
+    vals = [0.10, 0.10 + 0.05 * math.sqrt(2), 0.10 - 0.05 * math.sqrt(2), 0.10, 0.10]
+    assert np.std(vals, ddof=1) == pytest.approx(0.05)
+    assert ss.minimal_detectable_effect(vals) == pytest.approx(3.7174 * 0.05 / math.sqrt(5),
+                                                               abs=1e-4)
+    assert math.isnan(ss.minimal_detectable_effect([0.1]))
+    # The plan: 5 seeds x 200 games, between-seed SD 0.02, per-game SD 0.5:
+    # s = sqrt(0.0004 + 0.25 / 200) = 0.040620 -> 3.7174 * 0.040620 / sqrt(5) = 0.06753.
+    assert ss.design_mde(0.02, 0.5, 5, 200) == pytest.approx(0.06753, abs=1e-4)
+    # More seeds buy more than more games once the between-seed SD dominates.
+    assert ss.design_mde(0.05, 0.5, 10, 100) < ss.design_mde(0.05, 0.5, 5, 400)
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        ss.design_mde(0.02, 0.5, 1, 200)

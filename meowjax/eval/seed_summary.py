@@ -10,7 +10,11 @@ with the paired gain and its 95% Newcombe interval (``stats.paired_difference_in
 over the seeds the mean gain with a t interval over seeds (the seed-to-seed spread, which
 includes the game sampling of each run's SFT and RL):
 
-    mean = (1/S) sum_s gain_s,   mean +- t_{0.975, S-1} * sd(gain_s) / sqrt(S).
+    mean = (1/S) sum_s gain_s,   mean +- t_{0.975, S-1} * sd(gain_s) / sqrt(S),
+
+the same mean's two-stage bootstrap interval (seeds, then games within a seed:
+``study_stats.two_stage_bootstrap``) and the smallest mean gain these seeds detect with 80%
+power (``study_stats.minimal_detectable_effect``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,13 @@ def difficulty_record(name: str, before: Mapping[str, bool],
             "after": float(np.mean(a)), "gain": gain, "ci_low": low, "ci_high": high}
 
 
+def game_diffs(evals: Mapping[str, Any], split: str) -> list[float]:
+    """after - before of each game of one held-out set (by game id), or [] if not evaluated."""
+    before = evals.get("start", {}).get(split, {}).get("per_game") or {}
+    after = evals.get("final", {}).get(split, {}).get("per_game") or {}
+    return [float(after[i]) - float(before[i]) for i in sorted(before) if i in after]
+
+
 def seed_record(evals: Mapping[str, Any], prov: Mapping[str, Any]) -> dict[str, Any]:
     """{seed, commit, cpu, <role>: D, ...} of one run (roles its evaluations cover)."""
     out: dict[str, Any] = {"seed": prov["seed"], "commit": prov["commit"], "cpu": prov.get("cpu"),
@@ -53,15 +64,23 @@ def seed_record(evals: Mapping[str, Any], prov: Mapping[str, Any]) -> dict[str, 
     return out
 
 
-def mean_over_seeds(values: Sequence[float]) -> dict[str, float]:
-    """Mean with its 95% t interval over seeds (``study_stats.seed_interval``; NaN for one)."""
+def mean_over_seeds(values: Sequence[float],
+                    diffs_per_seed: Sequence[Sequence[float]] | None = None) -> dict[str, float]:
+    """Mean with its 95% t interval over seeds (``study_stats.seed_interval``; NaN for one),
+    the MDE at 80% power, and with ``diffs_per_seed`` (each seed's per-game differences) the
+    two-stage bootstrap interval."""
     mean, low, high = study_stats.seed_interval(values)
-    return {"mean": mean, "ci_low": low, "ci_high": high, "seeds": len(values)}
+    out = {"mean": mean, "ci_low": low, "ci_high": high, "seeds": len(values),
+           "mde_80": study_stats.minimal_detectable_effect(values)}
+    if diffs_per_seed is not None:
+        _, out["two_stage_low"], out["two_stage_high"] = study_stats.two_stage_bootstrap(
+            diffs_per_seed)
+    return out
 
 
 def summarize(run_dirs: Sequence[str]) -> dict[str, Any]:
     """{"seeds": [seed_record ...] (by seed), "mean_gain": {role: mean_over_seeds}}."""
-    seeds = []
+    seeds, diffs = [], []
     for d in run_dirs:
         paths = [os.path.join(d, f) for f in ("evals.json", "provenance.json")]
         missing = [p for p in paths if not os.path.exists(p)]
@@ -73,9 +92,10 @@ def summarize(run_dirs: Sequence[str]) -> dict[str, Any]:
         with open(paths[1], encoding="utf-8") as f:
             prov = json.load(f)
         seeds.append(seed_record(evals, prov))
-    seeds.sort(key=lambda r: r["seed"])
+        diffs.append({role: game_diffs(evals, split) for split, role in ROLES.items()})
     if len({r["seed"] for r in seeds}) != len(seeds):
         raise ValueError(f"two runs share a seed: {[r['seed'] for r in seeds]}.")
-    means = {role: mean_over_seeds([r[role]["gain"] for r in seeds])
+    means = {role: mean_over_seeds([r[role]["gain"] for r in seeds], [d[role] for d in diffs])
              for role in ROLES.values() if all(role in r for r in seeds)}
+    seeds.sort(key=lambda r: r["seed"])
     return {"seeds": seeds, "mean_gain": means}

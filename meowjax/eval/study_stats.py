@@ -10,6 +10,13 @@ Three intervals, each where it fits:
     covers game-to-game noise, not run-to-run noise: read it beside the seed interval.
   * ``paired_mean_interval``: per-unit differences of a continuous quantity (a task's
     Pass@(K,T), paired by (seed, task)): percentile bootstrap over the units.
+  * ``two_stage_bootstrap``: per-game differences grouped by seed, the mean over seeds of each
+    seed's mean: resample seeds, then games within each drawn seed. It carries run-to-run and
+    game-to-game noise together, unlike ``pooled_paired``.
+
+Power: ``minimal_detectable_effect`` is the smallest true mean difference a design detects with
+the given power (paired t over seeds, from the seeds' own spread); ``design_mde`` plans one
+from a between-seed and a within-seed (per-game) standard deviation.
 
 ``verdict`` turns a difference's interval and the paper's direction into the finding word.
 """
@@ -63,6 +70,68 @@ def paired_mean_interval(diffs: Sequence[float], alpha: float = 0.05
         return float(d_N[0]), math.nan, math.nan, 1
     low, high = stats.bootstrap_ci(d_N, np.mean, alpha=alpha)
     return float(d_N.mean()), low, high, int(d_N.size)
+
+
+def two_stage_bootstrap(diffs_per_seed: Sequence[Sequence[float]], *, alpha: float = 0.05,
+                        num: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean over seeds of each seed's mean game difference, with a
+    percentile interval from a two-stage bootstrap:
+
+        for b in 1..num:  S* = n seeds drawn with replacement;  for s in S*: games of s drawn
+                          with replacement;  theta*_b = mean_s mean_g d*_sg
+        [low, high] = quantiles alpha/2, 1 - alpha/2 of theta*
+
+    One seed: its games alone (a one-stage bootstrap). No games: all NaN."""
+    groups = [np.asarray(g, np.float64) for g in diffs_per_seed if len(g)]
+    if not groups:
+        return math.nan, math.nan, math.nan
+    mean = float(np.mean([g.mean() for g in groups]))
+    rng = np.random.default_rng(seed)
+    picks_BS = rng.integers(len(groups), size=(num, len(groups)))
+    theta_B = np.zeros(num)
+    for s, g in enumerate(groups):   # every draw of seed s resamples its games afresh
+        hits_B = (picks_BS == s).sum(1)
+        draws = int(hits_B.sum())
+        if not draws:
+            continue
+        means = g[rng.integers(g.size, size=(draws, g.size))].mean(1)
+        owner = np.repeat(np.arange(num), hits_B)
+        theta_B += np.bincount(owner, weights=means, minlength=num)
+    theta_B /= len(groups)
+    low, high = np.quantile(theta_B, [alpha / 2, 1 - alpha / 2])
+    return mean, float(low), float(high)
+
+
+def minimal_detectable_effect(seed_values: Sequence[float], *, alpha: float = 0.05,
+                              power: float = 0.8) -> float:
+    """The smallest true mean difference a paired t test over these n seeds detects with
+    ``power`` at two-sided level ``alpha``, from their own standard deviation s:
+
+        MDE = (t(1 - alpha/2, n - 1) + t(power, n - 1)) * s / sqrt(n)
+
+    NaN for fewer than two seeds."""
+    x_N = np.asarray([v for v in seed_values if v is not None], np.float64)
+    if x_N.size < 2:
+        return math.nan
+    dof = x_N.size - 1
+    mult = scipy_stats.t.ppf(1 - alpha / 2, dof) + scipy_stats.t.ppf(power, dof)
+    return float(mult * x_N.std(ddof=1) / math.sqrt(x_N.size))
+
+
+def design_mde(sd_between: float, sd_within: float, seeds: int, games: int, *,
+               alpha: float = 0.05, power: float = 0.8) -> float:
+    """The MDE of a planned design: ``seeds`` runs of ``games`` paired games each, where a
+    seed's true gain varies with standard deviation ``sd_between`` and one game's difference
+    with ``sd_within``:
+
+        s = sqrt(sd_between^2 + sd_within^2 / games)   (the SD of one seed's mean gain)
+        MDE = (t(1 - alpha/2, seeds - 1) + t(power, seeds - 1)) * s / sqrt(seeds)"""
+    if seeds < 2 or games < 1:
+        raise ValueError(f"a design needs >= 2 seeds and >= 1 game (got {seeds}, {games}).")
+    s = math.sqrt(sd_between ** 2 + sd_within ** 2 / games)
+    dof = seeds - 1
+    mult = scipy_stats.t.ppf(1 - alpha / 2, dof) + scipy_stats.t.ppf(power, dof)
+    return float(mult * s / math.sqrt(seeds))
 
 
 def verdict(low: float, high: float, expected_sign: int, complete: bool = True) -> str:
