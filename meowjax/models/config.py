@@ -43,14 +43,11 @@ class ModelConfig:
         attention; norms, RoPE, attention scores and the SwiGLU gating are recomputed (memory
         linear in the length). "dots": every matmul output, the [B, H, L, S] attention scores
         too. "everything": no checkpoint, XLA keeps what it likes. On XLA:CPU each kept array
-        is one more copy into the layer scan's stacked buffers, and recomputing elementwise
-        ops is cheaper: "projections" halves a SmolLM2-135M update's temp memory (1666 vs
-        3200 MiB at B=4 x 256) and read 1.08x faster than "everything" when it landed
-        (608d008), a speedup that A/A-controlled reruns could not separate from noise (1.09x
-        against the reference's own second copy at 1.08x at 7ee5739, 1.02x against 0.99x at
-        a85ec97: ``benchmarks/train_step.py --compare_saved_activations --control``); it left
-        the default run's 3-layer model unchanged (``benchmarks/score_step.py
-        --compare=saved_activations``; docs/benchmarks-history.md).
+        is one more copy into the layer scan's stacked buffers: "projections" halves a
+        SmolLM2-135M update's temp memory, its speed within noise of "everything"
+        (``benchmarks/train_step.py --compare_saved_activations --control``,
+        ``benchmarks/score_step.py --compare=saved_activations``; figures by commit in
+        docs/benchmarks-history.md).
       scan_unroll: decoder blocks per iteration of the layer scan (``nn.scan(unroll=...)``);
         unrolling a shallow model lets XLA fuse across blocks (same params, same math).
       attention_blocks: n, the query blocks of causal self-attention without a KV cache
