@@ -22,7 +22,9 @@ which record per-turn diagnostics and three held-out difficulties for the start 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -30,13 +32,14 @@ import sys
 import time
 from typing import Any, Sequence
 
+import numpy as np
 from absl import app, flags, logging
 
 from configs import study as study_config
-from meowjax.eval import studies_report
+from meowjax.eval import studies_report, study_stats
 from meowjax.runtime import console, host_memory, preemption, workdir_lock, xla_cache
 
-SCHEMA = 1
+SCHEMA = 2     # 2: the default run's RL phase, 200 games per difficulty (1: the earlier schedule)
 RESULTS_DIR = "docs/results"
 SFT_DIR = "_sft"     # <workdir>/_sft/<key>/: the SFT runs shared by cells
 DOCUMENT = "docs/results.md"
@@ -44,34 +47,43 @@ DOCUMENT = "docs/results.md"
 
 @dataclasses.dataclass(frozen=True)
 class Study:
-    """A question's sweep: rows (arm label -> configs/study.py knobs) and the evaluations the
-    runner adds after training (``extra_eval``: the third difficulty, greedy; ``grids``: the
-    Pass@(K,T) grid in both prompt modes, start and end). ``shared_sft``: the cells of a seed
-    whose SFT phase is the same start RL from one SFT run (``meowjax.trainers.shared_sft``);
-    off where the arms differ in SFT."""
+    """A question's sweep: rows (arm label -> configs/study.py knobs) and what the runner adds
+    after training (``grids``: the Pass@(K,T) grid in both prompt modes, start and end).
+    ``shared_sft``: the cells of a seed whose SFT phase is the same start RL from one SFT run
+    (``meowjax.trainers.shared_sft``); off where the arms differ in SFT. ``seeds``: the seeds
+    the design calls for (headline comparisons: at least 5)."""
 
     question: str
     arms: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
-    extra_eval: bool = False
     grids: bool = False
     shared_sft: bool = True
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
 
 
 def _arms(rows: Sequence[tuple[str, dict[str, Any]]]):
     return tuple((label, tuple(sorted(knobs.items()))) for label, knobs in rows)
 
 
+# Q1's arms: the critic-free estimators x the sparse and the process reward. Not yet arms: PPO
+# with a critic (gae, turn_gae), until its value head is fitted before RL (a cold head
+# starts at zero), and "dense", which equals "sparse" on these games (tw-make custom quests pay
+# their score at the win) until games that pay along the way are generated.
+ALGOS_ESTIMATORS = ("rloo", "grpo", "gigpo")
+ALGOS_REWARDS = ("process", "sparse")
+
 STUDIES = {
-    "algos": Study("Q1 algorithms x reward density (and Q4, Q5)", _arms(
+    "algos": Study("Q1 algorithms x reward (and Q4, Q5)", _arms(
         [(f"{e} / {r}", {"estimator": e, "reward": r})
-         for e in study_config.ESTIMATORS for r in study_config.REWARDS]), extra_eval=True),
+         for r in ALGOS_REWARDS for e in ALGOS_ESTIMATORS])),
+    # Q2's grid and budget unit are to be redesigned (an interior grid of shares at two budgets,
+    # pure RL as a reference line); these are the earlier schedule's shares.
     "sft_share": Study("Q2 SFT share at a fixed budget", _arms(
         [(f"sft {s:g}", {"sft_share": s}) for s in (0.0, 0.25, 0.5, 0.75, 1.0)]),
-        shared_sft=False),
+        shared_sft=False, seeds=(0, 1, 2)),
     "budget": Study("Q3 turn budget", _arms([
         ("fixed T=12", {"passkt_grid": True}),
-        ("budgetmix", {"passkt_grid": True, "budget_mix": "2/3/4/6/8/12"}),
-        ("budgetmix stated", {"passkt_grid": True, "budget_mix": "2/3/4/6/8/12",
+        ("budgetmix", {"passkt_grid": True, "budget_mix": "2/4/6/8/10/12"}),
+        ("budgetmix stated", {"passkt_grid": True, "budget_mix": "2/4/6/8/10/12",
                               "state_budget": True})]), grids=True),
 }
 
@@ -87,9 +99,71 @@ def config_arg(knobs: Sequence[tuple[str, Any]], seed: int, smoke: bool) -> str:
     return ",".join([f"{k}={v}" for k, v in knobs] + [f"seed={seed}", f"smoke={smoke}"])
 
 
-def expected_cells(seeds: Sequence[int]) -> dict[str, list[tuple[str, list[int]]]]:
-    """{study: [(arm, seeds)]}: what the document lists (missing cells: "not run yet")."""
-    return {name: [(arm, list(seeds)) for arm, _ in s.arms] for name, s in STUDIES.items()}
+def expected_cells(seeds: Sequence[int] = ()) -> dict[str, list[tuple[str, list[int]]]]:
+    """{study: [(arm, seeds)]}: what the document lists (missing cells: "not run yet"); each
+    study's own seeds unless ``seeds`` are given."""
+    return {name: [(arm, list(seeds or s.seeds)) for arm, _ in s.arms]
+            for name, s in STUDIES.items()}
+
+
+# -- the plan ----------------------------------------------------------------------------------
+# CPU minutes on 2 quiet cores, before any cell of this scale is recorded: a cell is the default
+# run's RL phase (6.6 min) and its evaluations at 200 games per difficulty (~6.5 min), plus
+# start-up; a shared SFT is the default's SFT (2.1 min) plus start-up (the default run at seed
+# 0 alone and cold, docs/results-history.md). Recorded cells replace the cell figure.
+CELL_MIN_PRIOR, SFT_MIN_PRIOR = 14.0, 3.0
+SUMMARY = "docs/results/default/summary.json"
+
+
+def recorded_cell_minutes(results_dir: str, study: str) -> list[float]:
+    """Wall minutes of the recorded cells of ``study`` at this scale (``SCHEMA``)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(results_dir, study, "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+        if rec.get("schema") == SCHEMA:
+            out.append(rec["wall_s"]["total"] / 60)
+    return out
+
+
+def plan(studies: Sequence[str], *, seeds: Sequence[int] = (), results_dir: str = RESULTS_DIR,
+         summary: str = SUMMARY) -> str:
+    """Each study's cells, CPU time and the smallest difference between two arms it detects
+    with 80% power at the RL difficulty (``study_stats.design_mde``), before anything runs.
+
+    The SDs come from the default run's seed record (``summary``): the per-game SD of RL's
+    paired gain at the RL difficulty stands for the per-game SD of two arms' difference on the
+    same games, and the between-seed SD is what the seeds' spread of that gain leaves after the
+    games' share, ``max(0, var(gain_s) - game_sd^2 / games)``."""
+    with open(summary, encoding="utf-8") as f:
+        rec = json.load(f)
+    gains = [s["rl_difficulty"]["gain"] for s in rec["seeds"]]
+    games = rec["seeds"][0]["rl_difficulty"]["games"]
+    game_sd = rec["mean_gain"]["rl_difficulty"]["game_sd"]
+    between = math.sqrt(max(0.0, float(np.var(gains, ddof=1)) - game_sd ** 2 / games))
+    lines = [f"SDs from {summary} (RL difficulty, {len(gains)} seeds x {games} games): per game "
+             f"{game_sd:.3f}, between seeds {between:.3f}"]
+    for name in studies:
+        st = STUDIES[name]
+        use = list(seeds or st.seeds)
+        cells = len(st.arms) * len(use)
+        recorded = recorded_cell_minutes(results_dir, name)
+        cell_min = float(np.median(recorded)) if recorded else CELL_MIN_PRIOR
+        sft_runs = len(use) if st.shared_sft else 0
+        total_h = (cells * cell_min + sft_runs * SFT_MIN_PRIOR) / 60
+        mde = (study_stats.design_mde(between, game_sd, len(use), study_config.EVAL_GAMES)
+               if len(use) > 1 else math.nan)
+        k = len(st.arms)
+        lines += [f"\n{name}: {st.question}",
+                  f"  arms ({k}): " + "; ".join(a for a, _ in st.arms),
+                  f"  seeds {use}: {cells} cells, {sft_runs} shared SFT runs",
+                  f"  CPU: {cell_min:.1f} min a cell ("
+                  + (f"median of {len(recorded)} recorded" if recorded else "estimate")
+                  + f"), {total_h:.1f} h in all",
+                  f"  detectable difference between two arms at 80% power, alpha 0.05: "
+                  f"{mde:.3f} ({len(use)} seeds x {study_config.EVAL_GAMES} games); "
+                  f"{k * (k - 1) // 2} pairs of arms"]
+    return "\n".join(lines)
 
 
 # -- one cell ----------------------------------------------------------------------------------
@@ -106,9 +180,9 @@ def git_state() -> dict[str, Any]:
 
 
 def learning_curve(workdir: str, evals: dict[str, Any], rl_iters: int) -> dict[str, Any]:
-    """Held-out greedy success by RL iteration: the start evaluation (iteration 0), the periodic
-    ones (metrics.jsonl ``eval/*_success``), the final one; and the rollout success of every
-    iteration. A resumed run's repeated records count once (the last)."""
+    """The held-out learning curve (the trainer's curve points: greedy success on the fixed
+    validation games of the RL difficulty, by RL iteration) and the rollout success of every
+    iteration (metrics.jsonl; a resumed run's repeated records count once, the last)."""
     by_step: dict[int, dict[str, Any]] = {}
     path = os.path.join(workdir, "metrics.jsonl")
     if os.path.exists(path):
@@ -117,21 +191,12 @@ def learning_curve(workdir: str, evals: dict[str, Any], rl_iters: int) -> dict[s
                 r = json.loads(line)
                 by_step.setdefault(int(r["step"]), {}).update(r)
     rl_steps = sorted(s for s, r in by_step.items() if "rollout/success" in r)
-    first = rl_steps[0] - 1 if rl_steps else 0      # the SFT steps before RL iteration 1
-    curve = {"iteration": [0], "eval": [evals["start"]["eval"]["success"]],
-             "eval_hard": [evals["start"].get("eval_hard", {}).get("success")]}
-    for step in sorted(by_step):
-        r = by_step[step]
-        if "eval/eval_success" in r and 0 < step - first < rl_iters:
-            curve["iteration"].append(step - first)
-            curve["eval"].append(r["eval/eval_success"])
-            curve["eval_hard"].append(r.get("eval/eval_hard_success"))
-    if rl_iters:
-        curve["iteration"].append(rl_iters)
-        curve["eval"].append(evals["final"]["eval"]["success"])
-        curve["eval_hard"].append(evals["final"].get("eval_hard", {}).get("success"))
-    curve["rollout_success"] = [by_step[s]["rollout/success"] for s in rl_steps]
-    return curve
+    points = {int(p["iteration"]): p for p in evals.get("curve", [])}   # last of a repeat
+    return {"iteration": sorted(points),
+            "curve": [points[i]["success"] for i in sorted(points)],
+            "curve_games": max((p["n"] for p in points.values()), default=0),
+            "rl_iters": rl_iters,
+            "rollout_success": [by_step[s]["rollout/success"] for s in rl_steps]}
 
 
 def _split_record(e: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -141,10 +206,10 @@ def _split_record(e: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool) -> dict[str, Any]:
     """The runner's own evaluations of the start (``out['ref']``: the params RL started from)
-    and end policies: the third difficulty (greedy) and the Pass@(K,T) grids in both modes (a
+    and end policies: the Pass@(K,T) grids in both modes, on the trainer's sampled games (a
     policy trained without the budget in its prompts has its unstated grid from the trainer's
     evaluations already: the same player, games, seed and grid)."""
-    if not (st.extra_eval or st.grids):
+    if not st.grids:
         return {}
     from meowjax.envs.pool import EnvPool
     from meowjax.trainers import data, evaluate
@@ -156,14 +221,8 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
     policies = {"start": out["ref"], "end": out["state"].params}
     res: dict[str, Any] = {}
     try:
-        if st.extra_eval:
-            name = study_config.SMOKE_EXTRA_EVAL if smoke else study_config.EXTRA_EVAL
-            tasks = evaluate.named_tasks(c, f"textworld:{name}:test", c.games.num_eval_hard)
-            res["extra"] = {"name": name, **{tag: evaluate.greedy_summary(
-                trainer, p, pool, tasks, budget=c.turns.eval_max_turns, seed=c.seed)
-                for tag, p in policies.items()}}
         if st.grids:
-            tasks = data.game_sets(c)["eval"]
+            tasks = data.game_sets(c)[c.eval.sampled_split][:c.eval.sampled_games or None]
             res["passkt"] = {}
             for mode in ("unstated", "stated"):
                 stated = mode == "stated"
@@ -205,15 +264,11 @@ def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir:
     from meowjax.trainers import data
     evals = out["evals"]
     splits = {}
-    for key, hard in (("eval", False), ("eval_hard", True)):
+    for key, role in (("eval", "id"), ("eval_hard", "hard"), ("eval_transfer", "harder")):
         if key in evals.get("start", {}):
-            splits[data.difficulty_name(c, hard)] = {
-                "role": "id" if not hard else "hard", "start": _split_record(evals["start"][key]),
+            splits[data.set_difficulty(c, key)] = {
+                "role": role, "start": _split_record(evals["start"][key]),
                 "end": _split_record(evals.get("final", {}).get(key))}
-    if "extra" in extra:
-        x = extra["extra"]
-        splits[x["name"]] = {"role": "harder", "start": _split_record(x["start"]),
-                             "end": _split_record(x["end"])}
     passkt = extra.get("passkt") or {"unstated": {
         tag: evals[src]["pass_at_k_t"] for tag, src in (("start", "start"), ("end", "final"))
         if "pass_at_k_t" in evals.get(src, {})}}
@@ -299,7 +354,9 @@ def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""
     flags.DEFINE_enum("study", None, sorted(STUDIES), "Which study to run.")
     flags.DEFINE_bool("report", False, "Write the results document from the JSON files.")
-    flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of every cell.")
+    flags.DEFINE_list("seeds", [], "Seeds of every cell (default: each study's own).")
+    flags.DEFINE_bool("plan", False, "Print each study's cells, CPU time and detectable "
+                      "effect, and run nothing.")
     flags.DEFINE_list("arms", [], "Only these arms (row labels) of the study; default all.")
     flags.DEFINE_bool("smoke", False, "Toy size (tests): results go under --workdir.")
     flags.DEFINE_string("workdir", "runs/studies", "Training runs: <workdir>/<study>/<cell>/.")
@@ -316,8 +373,14 @@ def define_flags() -> None:
 def main(argv):
     del argv
     F = flags.FLAGS
+    seeds = [int(x) for x in F.seeds]
+    if F.plan:
+        print(plan([F.study] if F.study else sorted(STUDIES), seeds=seeds,
+                   results_dir=F.results_dir or RESULTS_DIR))
+        return
     if not F.study and not F.report:
-        raise app.UsageError(f"give --study=<{'|'.join(sorted(STUDIES))}> and/or --report.")
+        raise app.UsageError(f"give --study=<{'|'.join(sorted(STUDIES))}>, --plan and/or "
+                             "--report.")
     console.install()
     results_dir = F.results_dir or (os.path.join(F.workdir, "results") if F.smoke else RESULTS_DIR)
     document = F.document or (os.path.join(F.workdir, "results.md") if F.smoke else DOCUMENT)
@@ -325,7 +388,7 @@ def main(argv):
         host_memory.keep_freed_memory()
         xla_cache.enable(F.compile_cache, min_compile_s=0.0)
         try:
-            run_study(F.study, seeds=[int(s) for s in F.seeds], smoke=F.smoke,
+            run_study(F.study, seeds=seeds or STUDIES[F.study].seeds, smoke=F.smoke,
                       workdir=F.workdir, results_dir=results_dir, arms=F.arms,
                       games_dir=F.games_dir, commit=F.commit)
         except preemption.Preempted:
@@ -338,7 +401,7 @@ def main(argv):
             sys.exit(1)
     if F.report:
         path = studies_report.write_document(results_dir, document,
-                                             expected_cells([int(s) for s in F.seeds]))
+                                             expected_cells(seeds))
         print(f"wrote {path}")
 
 

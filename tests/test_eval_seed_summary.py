@@ -42,6 +42,9 @@ def test_seed_summary_records_paired_gains_and_the_mean_over_seeds(tmp_path):
     # and the interval holds the mean, narrower than the 2-seed t interval.
     assert 0.0 <= m["two_stage_low"] < m["mean"] < m["two_stage_high"] <= 1.0
     assert m["two_stage_high"] - m["two_stage_low"] < m["ci_high"] - m["ci_low"]
+    # Per-game SD pooled about each seed's mean: seed 1 diffs (0,0,1,1) mean .5, seed 0
+    # (0,1,0,0) mean .25: squares 4 x .25 + (3 x .0625 + .5625) = 1.75 over 8 - 2 dof.
+    assert m["game_sd"] == pytest.approx(np.sqrt(1.75 / 6))
 
 
 def test_seed_summary_refuses_unfinished_runs_and_repeated_seeds(tmp_path):

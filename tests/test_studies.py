@@ -52,9 +52,18 @@ def test_studies_pooled_paired_concatenates_the_seeds_games():
     assert n == 8 and gain == pytest.approx(1 / 8) and (gain, low, high) == pytest.approx(want)
 
 
+# The arms the fixture cells belong to (the report's sections read each question's arms from
+# the cells it is given; these are the earlier schedule's full grids).
+FIXTURE_ARMS = {
+    "algos": [f"{e} / {r}" for e in ("gae", "turn_gae", "grpo", "rloo", "gigpo")
+              for r in ("sparse", "dense", "process")],
+    "sft_share": [f"sft {s:g}" for s in (0.0, 0.25, 0.5, 0.75, 1.0)],
+    "budget": ["fixed T=12", "budgetmix", "budgetmix stated"],
+}
+
+
 def expected(seeds):
-    from experiments import studies
-    return studies.expected_cells(seeds)
+    return {study: [(arm, list(seeds)) for arm in arms] for study, arms in FIXTURE_ARMS.items()}
 
 
 def row(md: str, first_cell: str) -> list[str]:
@@ -133,23 +142,25 @@ def test_studies_report_names_a_broken_cell_file(tmp_path):
 
 @pytest.mark.slow
 def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path, monkeypatch):
-    """BudgetMix with the budget stated, at smoke size, through the runner: training, the third
-    difficulty and both Pass@(K,T) modes for the start and end policies, one JSON; rerun skips."""
+    """BudgetMix with the budget stated, at smoke size, through the runner: training, the three
+    held-out difficulties, the learning curve and both Pass@(K,T) modes for the start and end
+    policies, one JSON; rerun skips."""
     from experiments import studies
     arm = "budgetmix stated"
     knobs = dict(studies.STUDIES["budget"].arms)[arm]
-    smoke = studies.Study("smoke", ((arm, knobs),), extra_eval=True, grids=True)
+    smoke = studies.Study("smoke", ((arm, knobs),), grids=True)
     monkeypatch.setitem(studies.STUDIES, "smoke", smoke)
     kw = dict(smoke=True, workdir=str(tmp_path / "runs"), results_dir=str(tmp_path / "results"),
               games_dir=tiny_games_dir)
     path = studies.run_cell("smoke", arm, knobs, 0, **kw)
     assert path == str(tmp_path / "results" / "smoke" / "budgetmix-stated-s0.json")
     rec = json.load(open(path))
+    assert rec["schema"] == studies.SCHEMA == 2
     assert rec["config"]["policy"]["state_budget"] is True
-    assert rec["config"]["turns"]["budget_mix"] == [2, 3, 4, 6]   # smoke: capped at 6 turns
+    assert rec["config"]["turns"]["budget_mix"] == [2, 4, 6]   # smoke: capped at 6 turns
     assert re.fullmatch(r"[0-9a-f]{40}", rec["commit"]) and rec["wall_s"]["total"] > 0
     roles = {s["role"]: (name, s) for name, s in rec["splits"].items()}
-    assert sorted(roles) == ["hard", "harder", "id"] and roles["harder"][0] == "w1-o3-q3"
+    assert sorted(roles) == ["hard", "harder", "id"] and roles["harder"][0] == "w2-o3-q5"
     for name, s in roles.values():
         assert len(s["start"]["per_game"]) == s["start"]["n"] == len(s["end"]["per_game"]) > 0
     c = rec["config"]
@@ -157,34 +168,33 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
         for tag in ("start", "end"):
             g = rec["passkt"][mode][tag]
             assert g["mode"] == want and g["ks"] == [1, 2] and g["ts"] == [2, 4, 6]
-            assert len(g["per_task"]) == c["games"]["num_eval"]
+            assert len(g["per_task"]) == c["games"]["num_eval_hard"]   # the sampled split
             np.testing.assert_allclose(np.mean(list(g["per_task"].values()), 0), g["mean"])
-    assert rec["curve"]["iteration"][-1] == rec["rl_iters"] > 0
-    assert len(rec["curve"]["rollout_success"]) == rec["rl_iters"]
-    assert rec["curve"]["eval"][0] == roles["id"][1]["start"]["success"]
-    assert rec["diagnostics"]["end"]["episodes"] == c["games"]["num_eval"] * 2
+    curve = rec["curve"]
+    assert curve["iteration"][0] == 0 and curve["iteration"][-1] == rec["rl_iters"] > 0
+    assert len(curve["curve"]) == len(curve["iteration"]) and curve["curve_games"] == 2
+    assert len(curve["rollout_success"]) == rec["rl_iters"]
+    assert rec["diagnostics"]["end"]["episodes"] == c["games"]["num_eval_hard"] * 2
     assert studies.run_cell("smoke", arm, knobs, 0, **kw) is None          # done: skipped
 
 
-def test_studies_held_out_curve_reads_periodic_evaluations_once(tmp_path):
-    """SFT steps 1-3, RL iterations 1-4 at steps 4-7, periodic evaluations after iterations 2
-    and 4 (the last one repeats the final evaluation: left out); iteration 3 written twice, as a
-    resumed run does (the later record counts)."""
+def test_studies_learning_curve_takes_the_trainers_points_and_each_iteration_once(tmp_path):
+    """RL iterations 1-4 at steps 4-7, iteration 3 written twice, as a resumed run does (the
+    later record counts); curve points at iterations 0, 2, 4, the point of 2 twice (a SIGTERM
+    cut it: the later counts)."""
     from experiments import studies
     lines = [{"step": s, "sft/loss": 1.0} for s in (1, 2, 3)]
     lines += [{"step": 3 + i, "rollout/success": 0.1 * i} for i in (1, 2, 3)]
-    lines += [{"step": 5, "eval/eval_success": 0.4, "eval/eval_hard_success": 0.2},
-              {"step": 6, "rollout/success": 0.35},
-              {"step": 7, "rollout/success": 0.5, "eval/eval_success": 0.9}]
+    lines += [{"step": 6, "rollout/success": 0.35}, {"step": 7, "rollout/success": 0.5}]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    evals = {"start": {"eval": {"success": 0.3}, "eval_hard": {"success": 0.1}},
-             "final": {"eval": {"success": 0.6}, "eval_hard": {"success": 0.3}}}
+    point = lambda i, s: {"iteration": i, "success": s, "n": 4}   # noqa: E731
+    evals = {"curve": [point(0, 0.25), point(2, 0.0), point(2, 0.5), point(4, 0.75)]}
     curve = studies.learning_curve(str(tmp_path), evals, 4)
-    assert curve["iteration"] == [0, 2, 4] and curve["eval"] == [0.3, 0.4, 0.6]
-    assert curve["eval_hard"] == [0.1, 0.2, 0.3]
+    assert curve["iteration"] == [0, 2, 4] and curve["curve"] == [0.25, 0.5, 0.75]
+    assert curve["curve_games"] == 4 and curve["rl_iters"] == 4
     assert curve["rollout_success"] == pytest.approx([0.1, 0.2, 0.35, 0.5])
-    # (2 x 0.35 + 2 x 0.5) / 4
-    assert ss.area_under_curve(curve["iteration"], curve["eval"]) == pytest.approx(0.425)
+    # (2 x 0.375 + 2 x 0.625) / 4
+    assert study_cells.auc({"curve": curve}) == pytest.approx(0.5)
 
 
 def _ref_params(c, workdir, training=False):

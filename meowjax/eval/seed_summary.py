@@ -75,6 +75,11 @@ def mean_over_seeds(values: Sequence[float],
     if diffs_per_seed is not None:
         _, out["two_stage_low"], out["two_stage_high"] = study_stats.two_stage_bootstrap(
             diffs_per_seed)
+        # The per-game SD of the paired differences, pooled over seeds (each about its own
+        # seed's mean): the within-seed noise a planned design divides by its games.
+        resid = [d - np.mean(g) for g in diffs_per_seed if len(g) for d in g]
+        dof = len(resid) - sum(1 for g in diffs_per_seed if len(g))
+        out["game_sd"] = float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else float("nan")
     return out
 
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from meowjax.eval import plots, report
 from meowjax.eval import study_stats as ss
-from meowjax.eval.study_cells import (Cells, auc, complete, diag_change, game_mean_gains, grid,
+from meowjax.eval.study_cells import (Cells, auc, complete, curve_values, diag_change,
+                                      game_mean_gains, grid,
                                       grid_mean, grid_value, load_cells, paired_arms, seed_diffs,
                                       seed_means, split_of, success, task_diffs)
 Expected = Mapping[str, Sequence[tuple[str, Sequence[int]]]]
@@ -151,7 +152,8 @@ def section_q1(d: Doc, cells: Cells, expected: Sequence[tuple[str, Sequence[int]
             recs = list(cells.get(f"{e} / {r}", {}).values())
             its = [tuple(x["curve"]["iteration"]) for x in recs if x.get("curve")]
             if its and len(set(its)) == 1:
-                vals = np.asarray([[np.nan if v is None else v for v in x["curve"]["eval"]] for x in recs])
+                vals = np.asarray([[np.nan if v is None else v for v in curve_values(x["curve"])]
+                                   for x in recs])
                 curves[f"{e} ({len(recs)} seeds)"] = (list(its[0]), np.nanmean(vals, 0))
         if curves:
             title = f"Held-out success by RL iteration, {r} reward"
@@ -414,7 +416,7 @@ def write_document(results_dir: str, document: str, expected: Expected) -> str:
     if missing:
         raise ValueError(f"expected cells lack the studies {sorted(set(missing))}; give every "
                          "study's (arm, seeds) list (experiments.studies.expected_cells).")
-    loaded = load_cells(results_dir)
+    loaded = load_cells(results_dir, sorted(expected))
     d = Doc(document, os.path.join(results_dir, "plots"), kept_prose(document))
     for old in d.plot_dir.glob("q[0-9]_*.png"):    # every plot is drawn again (or is gone)
         old.unlink()

@@ -15,11 +15,15 @@ from meowjax.eval import study_stats as ss
 Cells = dict[str, dict[int, dict[str, Any]]]          # arm -> seed -> cell record
 
 
-def load_cells(results_dir: str) -> dict[str, Cells]:
-    """{study: {arm: {seed: record}}} of every ``<study>/*.json`` under ``results_dir``."""
+def load_cells(results_dir: str, studies: Sequence[str] | None = None) -> dict[str, Cells]:
+    """{study: {arm: {seed: record}}} of every ``<study>/*.json`` under ``results_dir``, for
+    the named studies (None: every folder; other records under ``results_dir``, such as the
+    default run's seed summary, live in folders no study is named after)."""
     out: dict[str, Cells] = {}
     root = pathlib.Path(results_dir)
-    for path in sorted(root.glob("*/*.json")):
+    paths = (sorted(root.glob("*/*.json")) if studies is None else
+             [p for st in studies for p in sorted((root / st).glob("*.json"))])
+    for path in paths:
         try:
             rec = json.loads(path.read_text(encoding="utf-8"))
             study, arm, seed = rec["study"], rec["arm"], int(rec["seed"])
@@ -56,9 +60,15 @@ def pairs(a: dict[str, bool] | None, b: dict[str, bool] | None):
     return [a[i] for i in ids], [b[i] for i in ids]
 
 
+def curve_values(curve: dict[str, Any]) -> list:
+    """A cell's held-out curve: ``curve`` (the trainer's curve games, schema 2) or ``eval``
+    (greedy success on the base difficulty's held-out games, schema 1)."""
+    return curve.get("curve", curve.get("eval", []))
+
+
 def auc(rec: dict[str, Any]) -> float:
     c = rec.get("curve") or {}
-    return ss.area_under_curve(c.get("iteration", []), c.get("eval", []))
+    return ss.area_under_curve(c.get("iteration", []), curve_values(c))
 
 
 def grid(rec: dict[str, Any], mode: str, tag: str) -> dict[str, Any] | None:
