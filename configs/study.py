@@ -1,6 +1,6 @@
 """One cell of the studies: the default run's recipe (configs/default.py), RL phase and all.
 
-experiments/studies.py sweeps these cells over seeds and writes one JSON per cell under
+experiments/studies/ sweeps these cells over seeds and writes one JSON per cell under
 docs/results/<study>/ and the document docs/results.md. One cell alone:
 
     python -m experiments.train --config=configs/study.py:estimator=grpo,reward=sparse,seed=1 \
@@ -17,7 +17,7 @@ games at each of the three difficulties (base w2-o3-q4, RL w3-o5-q6, transfer w4
 default holds 100 at the base and transfer ones), and the knobs below.
 
 The cells of one seed whose SFT is the same (every estimator and reward; the turn-budget arms
-whose prompts do not state the budget) share ONE SFT run: experiments/studies.py runs it once
+whose prompts do not state the budget) share ONE SFT run: the studies runner runs it once
 under ``runs/studies/_sft/<key>/`` and starts each cell's RL from its checkpoint
 (meowjax/trainers/shared_sft.py; the key hashes the config fields SFT reads).
 

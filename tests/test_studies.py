@@ -1,6 +1,6 @@
-"""The studies: one cell end to end at smoke size (JSON written, a rerun skips it), the
-results document from hand-made fixture cells (tests/fixtures/studies) with numbers checked by
-hand, and the study statistics."""
+"""The studies: statistics checked by hand, study definitions, the report from hand-made cells
+with its numbers computed by hand, the plan on the real definitions, and one cell (a study
+defined here) end to end at smoke size."""
 import json
 import math
 import os
@@ -10,11 +10,12 @@ import shutil
 import numpy as np
 import pytest
 
-from meowjax.eval import stats, study_cells, studies_report
+from meowjax.eval import study_cells, study_spec, studies_report
 from meowjax.eval import study_stats as ss
+from meowjax.eval.study_spec import Claim, Comparison, Study
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "studies")
 T_975_1 = 12.706204736174698     # Student's t, 97.5% quantile, 1 degree of freedom (tables)
+T_80_1 = 1.3763819204711736      # 80% quantile, 1 degree of freedom
 
 
 def test_studies_seed_interval_is_students_t_by_hand():
@@ -26,44 +27,69 @@ def test_studies_seed_interval_is_students_t_by_hand():
     assert all(math.isnan(v) for v in ss.seed_interval([]))
 
 
-def test_studies_verdict_rule_and_curve_area():
-    assert ss.verdict(0.01, 0.2, +1) == ss.MATCHES
-    assert ss.verdict(0.01, 0.2, -1) == ss.CONTRADICTS
-    assert ss.verdict(-0.3, -0.1, -1) == ss.MATCHES
-    assert ss.verdict(-0.1, 0.2, +1) == ss.NOISE
-    assert ss.verdict(math.nan, math.nan, +1) == ss.NOISE
-    assert ss.verdict(0.1, 0.2, +1, complete=False) == ss.MISSING
+def test_studies_curve_area():
     # (4 x 0.5 + 4 x 0.625 + 2 x 0.75) / 10
     assert ss.area_under_curve([0, 4, 8, 10], [0.5, 0.5, 0.75, 0.75]) == pytest.approx(0.6)
     assert ss.area_under_curve([0], [0.3]) == 0.3
     assert ss.area_under_curve([0, 5, 10], [0.2, None, 0.4]) == pytest.approx(0.3)
 
 
-def test_studies_seed_means_average_each_seeds_cells_first():
-    recs = [{"seed": 0, "v": 0.2}, {"seed": 0, "v": 0.4}, {"seed": 1, "v": 0.9},
-            {"seed": 2, "v": None}, {"seed": 1, "v": 0.5}]
-    assert study_cells.seed_means(recs, lambda r: r["v"]) == pytest.approx([0.3, 0.7])
+def test_studies_definitions_refuse_unknown_arms_and_metrics():
+    arms = study_spec.arms([("A", {"estimator": "rloo"}), ("B", {"estimator": "grpo"})])
+    with pytest.raises(ValueError, match=r"names arms \['C'\]"):
+        Study("s", "q", arms, comparisons=(Comparison("success", "A", "C"),))
+    with pytest.raises(ValueError, match="choose one of"):
+        Comparison("speed", "A", "B")
+    with pytest.raises(ValueError, match="write pass@K,T"):
+        Comparison("pass@1", "A", "B")
+    with pytest.raises(ValueError, match="compares two arms"):
+        Comparison("auc", "A")
 
 
-def test_studies_pooled_paired_concatenates_the_seeds_games():
-    groups = [([1, 1, 0, 0], [1, 1, 1, 0]), ([1, 0, 1, 0], [1, 0, 1, 0])]
-    gain, low, high, n = ss.pooled_paired(groups)
-    want = stats.paired_difference_interval([1, 1, 0, 0, 1, 0, 1, 0], [1, 1, 1, 0, 1, 0, 1, 0])
-    assert n == 8 and gain == pytest.approx(1 / 8) and (gain, low, high) == pytest.approx(want)
+def _split(role, start, end):
+    ids = [f"g{i}" for i in range(len(start))]
+    rec = lambda won: {"success": float(np.mean(won)), "n": len(won),   # noqa: E731
+                       "per_game": dict(zip(ids, map(bool, won)))}
+    return {"role": role, "start": rec(start), "end": rec(end)}
 
 
-# The arms the fixture cells belong to (the report's sections read each question's arms from
-# the cells it is given; these are the earlier schedule's full grids).
-FIXTURE_ARMS = {
-    "algos": [f"{e} / {r}" for e in ("gae", "turn_gae", "grpo", "rloo", "gigpo")
-              for r in ("sparse", "dense", "process")],
-    "sft_share": [f"sft {s:g}" for s in (0.0, 0.25, 0.5, 0.75, 1.0)],
-    "budget": ["fixed T=12", "budgetmix", "budgetmix stated"],
-}
+def _cell(study, arm, seed, end_hard, curve, start_hard=None, recovery=(0.2, 0.2)):
+    start_hard = start_hard or [0] * len(end_hard)
+    return {"schema": 2, "study": study, "arm": arm, "seed": seed, "commit": "f" * 40,
+            "wall_s": {"total": 600.0}, "machine": {"cpus": 2, "loadavg_start": [2.0],
+                                                    "loadavg_end": [2.5]},
+            "config": {"budget": {"total_episodes": 3040}, "games": {"num_eval_hard": 8}},
+            "splits": {"w2-o3-q4": _split("id", [1] * 4, [1] * 4),
+                       "w3-o5-q6": _split("hard", start_hard, end_hard),
+                       "w4-o6-q8": _split("harder", [0] * 4, [0] * 4)},
+            "curve": {"iteration": [0, 5, 10], "curve": curve, "curve_games": 8,
+                      "rl_iters": 10, "rollout_success": [0.5] * 10},
+            "diagnostics": {"start": {"recovery_no_progress": recovery[0]},
+                            "end": {"recovery_no_progress": recovery[1]}}}
 
 
-def expected(seeds):
-    return {study: [(arm, list(seeds)) for arm in arms] for study, arms in FIXTURE_ARMS.items()}
+TOY = Study("toy", "Q0 a toy question", study_spec.arms(
+    [("A", {"estimator": "rloo"}), ("B", {"estimator": "grpo"}), ("C", {"estimator": "gigpo"})]),
+    comparisons=(Comparison("success", "A", "B", "hard", Claim("A beats B", "a test", +1)),
+                 Comparison("success", "A", None, "hard", Claim("RL helps", "a test", None)),
+                 Comparison("success", "A", "C", "hard", Claim("A beats C", "a test", +1)),
+                 Comparison("auc", "A", "B", "hard", None),
+                 Comparison("diag:recovery_no_progress", "A", None, "hard", None)),
+    seeds=(0, 1))
+
+
+def _write_toy(results):
+    """Seed 0 / 1, 8 games at the RL difficulty, every arm at 0 before RL. A ends on 6 / 7 of
+    them, B on 3 / 5, C on none (RL inert). A - B per game: 3 / 2 of 8 -> 0.375, 0.25."""
+    ends = {("A", 0): [1, 1, 1, 1, 1, 1, 0, 0], ("A", 1): [1, 1, 1, 1, 1, 1, 1, 0],
+            ("B", 0): [1, 1, 1, 0, 0, 0, 0, 0], ("B", 1): [1, 1, 1, 1, 1, 0, 0, 0],
+            ("C", 0): [0] * 8, ("C", 1): [0] * 8}
+    curves = {"A": [0.2, 0.4, 0.6], "B": [0.2, 0.3, 0.4], "C": [0.2, 0.2, 0.2]}
+    (results / "toy").mkdir(parents=True)
+    for (arm, seed), end in ends.items():
+        curve = [0.2, 0.2, 0.2] if (arm, seed) == ("B", 1) else curves[arm]
+        rec = _cell("toy", arm, seed, end, curve, recovery=(0.2, 0.3 if seed == 0 else 0.4))
+        (results / "toy" / f"{arm}-s{seed}.json").write_text(json.dumps(rec))
 
 
 def row(md: str, first_cell: str) -> list[str]:
@@ -73,71 +99,73 @@ def row(md: str, first_cell: str) -> list[str]:
     return [c.strip() for c in m.group(1).split("|")]
 
 
-def test_studies_report_from_fixture_cells(tmp_path):
+def test_studies_report_from_hand_made_cells(tmp_path):
     results = tmp_path / "results"
-    shutil.copytree(FIXTURES, results)
+    _write_toy(results)
     doc = tmp_path / "results.md"
-    studies_report.write_document(str(results), str(doc), expected([0, 1, 2]))
+    studies_report.write_document(str(results), str(doc), [TOY])
     md = doc.read_text()
-    # Q1: success after RL of gae / sparse over seeds 0, 1 (0.75, 0.5): 0.625 +- 12.706 * 0.125.
-    assert row(md, "gae / sparse") == ["2/3", "0.500 [0.500, 0.500]", "0.625 [-0.963, 2.213]",
-                                       "0.500 [-0.771, 1.771]"]   # areas 0.6 and 0.4
-    assert row(md, "grpo / dense")[0] == "not run yet"
-    # Seeds 0-2 expected, 2 run: the finding waits for the third.
-    assert row(md, "success: gae / sparse − rloo / sparse")[-1] == "not run yet"
-    # Q2: share 0.25 vs 0 on the same 4 games: won [1,1,1,0] vs [1,0,0,0] -> +0.5.
-    g, lo, hi = stats.paired_difference_interval([1, 0, 0, 0], [1, 1, 1, 0])
-    assert row(md, "sft 0.25")[-1] == f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=4)" and g == 0.5
-    assert row(md, "sft 0.5")[0] == "not run yet"
-    # SFT then RL (share 0.75) vs SFT alone (share 1), per difficulty: id won [1,1,1,1] vs
-    # [1,1,1,0] (+0.25), harder [1,1,0,0] vs [0,0,0,0] (+0.5); one seed of three: not run yet.
-    for label, a, b, gain in (("success", [1, 1, 1, 1], [1, 1, 1, 0], 0.25),
-                              ("success (harder)", [1, 1, 0, 0], [0, 0, 0, 0], 0.5)):
-        g, lo, hi = stats.paired_difference_interval(b, a)
-        assert row(md, f"{label}: sft 0.75 − sft 1")[-2:] == [
-            f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=4)", "not run yet"] and g == gain
-    # Q3: the fixed arm's grid start -> end (mean of the two tasks), and its heatmaps.
-    assert row(md, "K=1")[:2] == ["0.250 → 0.500", "0.500 → 1.000"]
-    assert (results / "plots" / "q3_fixed_T_12_unstated_gain.png").exists()
-    assert "### budgetmix (not run yet)" in md and "### fixed T=12 (1/3 seeds)" in md
-    # Q4: Δ first action over gae / sparse seeds: +0.05, 0.0 -> +0.025 +- 12.706 * 0.025.
-    half = T_975_1 * 0.025
-    assert row(md, "gae / sparse")[0] == "2/3"
-    assert f"+0.025 [{-half + 0.025:.3f}, {half + 0.025:.3f}]" in md
-    # Q5: gae's gain on w4-o6-q8 per game, averaged over the two cells that played it: one
-    # game gained in one of its two cells (0.5), three never moved -> mean 0.125 over 4 games.
-    cells = study_cells.load_cells(str(results))["algos"]["gae / sparse"]
-    assert sorted(study_cells.game_mean_gains(list(cells.values()), "harder")) == [0, 0, 0, 0.5]
-    g, lo, hi, n = ss.paired_mean_interval([0.5, 0, 0, 0])
-    assert f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=4)" in row(md, "gae") and g == 0.125
-    for name in ("q1_curves_sparse.png", "q4_recovery_bars.png"):
-        assert (results / "plots" / name).exists(), name
-    assert "](results/plots/q1_curves_sparse.png)" in md
-    assert md.count("<!-- prose:") == 6
+    # Arms: A's success at the RL difficulty 0 -> (0.75 + 0.875) / 2; RL moved A, not C.
+    a = row(md, "A")
+    assert a[:2] == ["2/2", "1.000 → 1.000"] and a[2] == "0.000 → 0.812"
+    assert a[5] == "yes" and row(md, "C")[5] == study_spec.INERT
+    # A - B: per seed 0.375, 0.25 -> mean 0.3125, sd 0.0884: t half-width 12.706 * 0.0884 /
+    # sqrt(2) = 0.7941; MDE (12.706 + 1.376) * 0.0884 / sqrt(2) = 0.8802; the t interval holds
+    # 0, so the claim is neither met nor refuted.
+    r = row(md, "success (hard): A − B")
+    sd = np.std([0.375, 0.25], ddof=1)
+    half, mde = T_975_1 * sd / math.sqrt(2), (T_975_1 + T_80_1) * sd / math.sqrt(2)
+    assert r[0] == "“A beats B” (a test)"
+    assert r[1] == f"+0.312 [{0.3125 - half:.3f}, {0.3125 + half:.3f}] (n=2 seeds)"
+    assert r[3] == f"{mde:.3f}" == "0.880" and r[4] == "inconclusive at MDE 0.880"
+    lo, hi = (float(x) for x in re.findall(r"-?\d\.\d+", r[2])[1:])
+    assert 0 < lo < 0.3125 < hi          # the two-stage interval, games resampled: above 0
+    # A's own RL gain: 0.75, 0.875 -> t [0.018, 1.607], both intervals above 0, no direction.
+    r = row(md, "success (hard): A, after − before RL")
+    assert r[0].endswith("no direction: the paper's text is not available)")
+    assert r[1] == "+0.812 [0.018, 1.607] (n=2 seeds)" and r[4] == "above zero"
+    assert row(md, "success (hard): A − C")[4] == study_spec.INERT
+    # Curve areas: A 0.4 both seeds; B 0.3 and 0.2 -> per seed 0.1, 0.2: no per-game interval.
+    r = row(md, "auc: A − B")
+    half = T_975_1 * np.std([0.1, 0.2], ddof=1) / math.sqrt(2)
+    assert r[1] == f"+0.150 [{0.15 - half:.3f}, {0.15 + half:.3f}] (n=2 seeds)" and r[2] == "n/a"
+    # Recovery change: 0.1 and 0.2 -> mean 0.15, t holds 0.
+    assert row(md, "diag:recovery_no_progress: A, after − before RL")[1].startswith("+0.150 [")
+    assert "this table makes 5 comparisons" in md
+    assert (results / "plots" / "toy_curves.png").exists()
+    assert "](results/plots/toy_curves.png)" in md
+    # Prose survives regeneration.
+    doc.write_text(md.replace("<!-- prose:toy -->\n_Prose to be written once the cells have "
+                              "run: what the numbers show._", "<!-- prose:toy -->\nA wins."))
+    studies_report.write_document(str(results), str(doc), [TOY])
+    assert "<!-- prose:toy -->\nA wins.\n<!-- /prose:toy -->" in doc.read_text()
 
 
-def test_studies_findings_with_every_seed_and_prose_survives(tmp_path):
+def test_studies_report_with_a_missing_seed_and_a_broken_cell(tmp_path):
     results = tmp_path / "results"
-    shutil.copytree(FIXTURES, results)
+    _write_toy(results)
+    os.remove(results / "toy" / "B-s1.json")
     doc = tmp_path / "results.md"
-    studies_report.write_document(str(results), str(doc), expected([0, 1]))
+    studies_report.write_document(str(results), str(doc), [TOY])
     md = doc.read_text()
-    # gae - rloo per seed: 0.75 - 0.5, 0.5 - 0.5 -> +0.125 +- 12.706 * 0.125: within noise.
-    r = row(md, "success: gae / sparse − rloo / sparse")
-    g, lo, hi = stats.paired_difference_interval([1, 1, 0, 0, 1, 0, 1, 0], [1, 1, 1, 0, 1, 0, 1, 0])
-    assert r == ["PPO ahead of RLOO", "+0.125 [-1.463, 1.713] (n=2 seeds)",
-                 f"{g:+.3f} [{lo:.3f}, {hi:.3f}] (n=8)", "within noise"]
-    doc.write_text(md.replace("<!-- prose:q1 -->\n_Prose to be written once the cells have run: "
-                              "what the numbers show._", "<!-- prose:q1 -->\nPPO and RLOO tie."))
-    studies_report.write_document(str(results), str(doc), expected([0, 1]))
-    assert "<!-- prose:q1 -->\nPPO and RLOO tie.\n<!-- /prose:q1 -->" in doc.read_text()
-
-
-def test_studies_report_names_a_broken_cell_file(tmp_path):
-    (tmp_path / "algos").mkdir()
-    (tmp_path / "algos" / "bad.json").write_text("{}")
+    assert row(md, "B")[0] == "1/2" and row(md, "success (hard): A − B")[4] == "not run yet"
+    assert row(md, "toy")[0] == "5/6"          # the scale table: cells done
+    (results / "toy" / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="bad.json is not a study cell record"):
-        studies_report.load_cells(str(tmp_path))
+        studies_report.write_document(str(results), str(doc), [TOY])
+
+
+def test_studies_plan_on_the_real_definitions():
+    from experiments import studies
+    assert {"algos", "budget", "sft_share"} <= set(studies.STUDIES)
+    text = studies.plan(sorted(studies.STUDIES))
+    # SDs of the default run's five test seeds at the RL difficulty: 5 seeds x 200 games at a
+    # per-game SD s -> (2.776 + 0.941) * s / sqrt(200) / sqrt(5) with no between-seed spread.
+    rec = json.load(open(studies.runner.SUMMARY))
+    sd = rec["mean_gain"]["rl_difficulty"]["game_sd"]
+    assert f"per game {sd:.3f}" in text
+    assert f"{3.7174 * sd / math.sqrt(200) / math.sqrt(5):.3f} (5 seeds x 200 games)" in text
+    assert "algos: Q1" in text and f"{len(studies.STUDIES['algos'].comparisons)} comparisons" in text
 
 
 @pytest.mark.slow
@@ -148,7 +176,9 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     from experiments import studies
     arm = "budgetmix stated"
     knobs = dict(studies.STUDIES["budget"].arms)[arm]
-    smoke = studies.Study("smoke", ((arm, knobs),), grids=True)
+    smoke = Study("smoke", "Q smoke: a study defined here", ((arm, knobs),),
+                  comparisons=(Comparison("pass@1,4", arm, None, "hard"),
+                               Comparison("success", arm, None, "harder")), grids=True, seeds=(0,))
     monkeypatch.setitem(studies.STUDIES, "smoke", smoke)
     kw = dict(smoke=True, workdir=str(tmp_path / "runs"), results_dir=str(tmp_path / "results"),
               games_dir=tiny_games_dir)
@@ -176,6 +206,14 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     assert len(curve["rollout_success"]) == rec["rl_iters"]
     assert rec["diagnostics"]["end"]["episodes"] == c["games"]["num_eval_hard"] * 2
     assert studies.run_cell("smoke", arm, knobs, 0, **kw) is None          # done: skipped
+    # The report reads the study's definition and its one cell.
+    doc = tmp_path / "results.md"
+    studies_report.write_document(str(tmp_path / "results"), str(doc), [smoke])
+    md = doc.read_text()
+    assert "## Q smoke: a study defined here (study `smoke`)" in md
+    assert row(md, arm)[0] == "1/1" and "Pass@(1,4)" in md
+    r = row(md, f"pass@1,4 (hard): {arm}, after − before RL")
+    assert r[1].endswith("(n=1 seeds)") and r[4] == "inconclusive at MDE n/a"
 
 
 def test_studies_learning_curve_takes_the_trainers_points_and_each_iteration_once(tmp_path):
@@ -223,8 +261,9 @@ def test_studies_cells_of_a_seed_share_one_sft_run(tiny_games_dir, tmp_path, mon
     from experiments import studies
     from meowjax.trainers import shared_sft
     arms = (("rloo", (("estimator", "rloo"),)), ("grpo", (("estimator", "grpo"),)))
-    monkeypatch.setitem(studies.STUDIES, "pair", studies.Study("pair", arms))
-    monkeypatch.setitem(studies.STUDIES, "own", studies.Study("own", arms[:1], shared_sft=False))
+    monkeypatch.setitem(studies.STUDIES, "pair", Study("pair", "two arms", arms))
+    monkeypatch.setitem(studies.STUDIES, "own", Study("own", "one arm", arms[:1],
+                                                      shared_sft=False))
     runs, results = tmp_path / "runs", tmp_path / "results"
     paths = studies.run_study("pair", seeds=[0], smoke=True, workdir=str(runs),
                               results_dir=str(results), games_dir=tiny_games_dir)

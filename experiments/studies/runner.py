@@ -1,9 +1,11 @@
-"""The studies: every cell (one training run of configs/study.py + its evaluation) x seed, one
-JSON per cell under docs/results/<study>/, and the document docs/results.md made from them.
+"""The studies' runner: every cell (one training run of configs/study.py + its evaluation) x
+seed, one JSON per cell under docs/results/<study>/, and the document docs/results.md made from
+them and the study definitions (one file per study in this package: its ``STUDY``).
 
-    python -m experiments.studies --study=algos        # Q1 (+ Q4, Q5): 5 estimators x 3 rewards
-    python -m experiments.studies --study=sft_share    # Q2: SFT shares 0 .. 1 of one budget
+    python -m experiments.studies --plan               # cells, CPU time, detectable effect
+    python -m experiments.studies --study=algos        # Q1 (+ Q4, Q5, Q6)
     python -m experiments.studies --study=budget       # Q3: fixed budget vs BudgetMix (+ stated)
+    python -m experiments.studies --study=sft_share    # Q2: SFT shares of one budget
     python -m experiments.studies --study=algos --commit   # commit each cell's JSON as it lands
     python -m experiments.studies --report             # docs/results.md from the JSON only
     python -m experiments.studies --study=budget --smoke --seeds=0 --workdir=/tmp/st  # toy size
@@ -14,9 +16,10 @@ under <workdir>/_sft/<key>/ (meowjax/trainers/shared_sft.py); the SFT-share stud
 their own. Resumable: a cell whose JSON exists is skipped; a cell whose training stopped resumes
 from its checkpoint under --workdir (runs/studies/<study>/<cell>), a stopped shared SFT from
 its own; on SIGTERM the running cell saves its state and the sweep exits with status 75.
-Seeds default to 0,1,2; --arms picks some rows.
-Questions 4 (where the gain sits) and 5 (difficulty transfer) are read from the algos cells,
-which record per-turn diagnostics and three held-out difficulties for the start and end policy.
+Seeds default to each study's own; --arms picks some rows.
+Questions 4 (where the gain sits), 5 (difficulty transfer) and 6 (process supervision) are read
+from the algos cells, which record per-turn diagnostics and three held-out difficulties for the
+start and end policy.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from absl import app, flags, logging
 
 from configs import study as study_config
 from meowjax.eval import studies_report, study_stats
+from meowjax.eval.study_spec import Study
 from meowjax.runtime import console, host_memory, preemption, workdir_lock, xla_cache
 
 SCHEMA = 2     # 2: the default run's RL phase, 200 games per difficulty (1: the earlier schedule)
@@ -45,47 +49,7 @@ SFT_DIR = "_sft"     # <workdir>/_sft/<key>/: the SFT runs shared by cells
 DOCUMENT = "docs/results.md"
 
 
-@dataclasses.dataclass(frozen=True)
-class Study:
-    """A question's sweep: rows (arm label -> configs/study.py knobs) and what the runner adds
-    after training (``grids``: the Pass@(K,T) grid in both prompt modes, start and end).
-    ``shared_sft``: the cells of a seed whose SFT phase is the same start RL from one SFT run
-    (``meowjax.trainers.shared_sft``); off where the arms differ in SFT. ``seeds``: the seeds
-    the design calls for (headline comparisons: at least 5)."""
-
-    question: str
-    arms: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
-    grids: bool = False
-    shared_sft: bool = True
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-
-
-def _arms(rows: Sequence[tuple[str, dict[str, Any]]]):
-    return tuple((label, tuple(sorted(knobs.items()))) for label, knobs in rows)
-
-
-# Q1's arms: the critic-free estimators x the sparse and the process reward. Not yet arms: PPO
-# with a critic (gae, turn_gae), until its value head is fitted before RL (a cold head
-# starts at zero), and "dense", which equals "sparse" on these games (tw-make custom quests pay
-# their score at the win) until games that pay along the way are generated.
-ALGOS_ESTIMATORS = ("rloo", "grpo", "gigpo")
-ALGOS_REWARDS = ("process", "sparse")
-
-STUDIES = {
-    "algos": Study("Q1 algorithms x reward (and Q4, Q5)", _arms(
-        [(f"{e} / {r}", {"estimator": e, "reward": r})
-         for r in ALGOS_REWARDS for e in ALGOS_ESTIMATORS])),
-    # Q2's grid and budget unit are to be redesigned (an interior grid of shares at two budgets,
-    # pure RL as a reference line); these are the earlier schedule's shares.
-    "sft_share": Study("Q2 SFT share at a fixed budget", _arms(
-        [(f"sft {s:g}", {"sft_share": s}) for s in (0.0, 0.25, 0.5, 0.75, 1.0)]),
-        shared_sft=False, seeds=(0, 1, 2)),
-    "budget": Study("Q3 turn budget", _arms([
-        ("fixed T=12", {"passkt_grid": True}),
-        ("budgetmix", {"passkt_grid": True, "budget_mix": "2/4/6/8/10/12"}),
-        ("budgetmix stated", {"passkt_grid": True, "budget_mix": "2/4/6/8/10/12",
-                              "state_budget": True})]), grids=True),
-}
+STUDIES: dict[str, Study] = {}   # name -> definition; the package fills it from its files
 
 
 def cell_name(arm: str, seed: int) -> str:
@@ -99,11 +63,11 @@ def config_arg(knobs: Sequence[tuple[str, Any]], seed: int, smoke: bool) -> str:
     return ",".join([f"{k}={v}" for k, v in knobs] + [f"seed={seed}", f"smoke={smoke}"])
 
 
-def expected_cells(seeds: Sequence[int] = ()) -> dict[str, list[tuple[str, list[int]]]]:
-    """{study: [(arm, seeds)]}: what the document lists (missing cells: "not run yet"); each
-    study's own seeds unless ``seeds`` are given."""
-    return {name: [(arm, list(seeds or s.seeds)) for arm, _ in s.arms]
-            for name, s in STUDIES.items()}
+def with_seeds(seeds: Sequence[int] = ()) -> list[Study]:
+    """Every study, with ``seeds`` in place of its own where given (the cells a report lists;
+    missing ones: "not run yet")."""
+    return [dataclasses.replace(st, seeds=tuple(seeds)) if seeds else st
+            for st in STUDIES.values()]
 
 
 # -- the plan ----------------------------------------------------------------------------------
@@ -153,16 +117,15 @@ def plan(studies: Sequence[str], *, seeds: Sequence[int] = (), results_dir: str 
         total_h = (cells * cell_min + sft_runs * SFT_MIN_PRIOR) / 60
         mde = (study_stats.design_mde(between, game_sd, len(use), study_config.EVAL_GAMES)
                if len(use) > 1 else math.nan)
-        k = len(st.arms)
         lines += [f"\n{name}: {st.question}",
-                  f"  arms ({k}): " + "; ".join(a for a, _ in st.arms),
+                  f"  arms ({len(st.arms)}): " + "; ".join(a for a, _ in st.arms),
                   f"  seeds {use}: {cells} cells, {sft_runs} shared SFT runs",
                   f"  CPU: {cell_min:.1f} min a cell ("
                   + (f"median of {len(recorded)} recorded" if recorded else "estimate")
                   + f"), {total_h:.1f} h in all",
-                  f"  detectable difference between two arms at 80% power, alpha 0.05: "
-                  f"{mde:.3f} ({len(use)} seeds x {study_config.EVAL_GAMES} games); "
-                  f"{k * (k - 1) // 2} pairs of arms"]
+                  f"  detectable difference in greedy success between two arms at 80% power, "
+                  f"alpha 0.05: {mde:.3f} ({len(use)} seeds x {study_config.EVAL_GAMES} "
+                  f"games); {len(st.comparisons)} comparisons"]
     return "\n".join(lines)
 
 
@@ -400,11 +363,6 @@ def main(argv):
             print(e, file=sys.stderr, flush=True)
             sys.exit(1)
     if F.report:
-        path = studies_report.write_document(results_dir, document,
-                                             expected_cells(seeds))
+        path = studies_report.write_document(results_dir, document, with_seeds(seeds))
         print(f"wrote {path}")
 
-
-if __name__ == "__main__":
-    define_flags()
-    app.run(main)
