@@ -147,7 +147,7 @@ def base_config() -> ml_collections.ConfigDict:
         tis="auto", tis_cap=2.0, tis_band=(0.5, 2.0),
         epochs=2, minibatch_rows=32, lr=3e-4, lr_schedule="cosine", critic_lr=1e-3,
         warmup_steps=5, grad_clip=1.0,
-        weight_decay=0.0, lm_coef=0.0, replay_steps=0))
+        weight_decay=0.0, lm_coef=0.0, replay_steps=0, critic_warmup_iters=0))
     for name, spec in rl.ESTIMATORS.items():
         if spec.defaults:
             c.rl[name] = ml_collections.ConfigDict(dict(spec.defaults))

@@ -267,3 +267,49 @@ def test_configs_load_and_reject_unknown_keys():
     c.budget.sft_share = 1.0       # no RL episodes: no pool needed
     c.games.num_sft = 10 ** 6
     data.budget_plan(c)
+
+
+@pytest.mark.slow
+def test_critic_warmup_fits_the_critic_and_leaves_the_policy(tiny_games_dir, tmp_path):
+    """rl.critic_warmup_iters: critic-only iterations change the value params and not the
+    policy's (nor its optimizer state); a whole run logs each warm-up iteration, and its first
+    policy update finds the critic nearer the returns than a cold head does."""
+    from meowjax.envs.pool import EnvPool
+
+    def trainer_for(name, warm):
+        # A turn cost: every return is non-zero, even a fresh policy's that never progresses.
+        c = tiny_config(tiny_games_dir, estimator="gae", minibatch_rows=8, critic_lr=1e-2,
+                        critic_warmup_iters=warm, turn_cost=0.1)
+        return ScoreTrainer(c, str(tmp_path / name))
+
+    t = trainer_for("unit", 1)
+    state, _, _ = t.restore_state()
+    rl_state = t._rl_state(state.params)
+    before = jax.tree.map(np.array, jax.device_get(rl_state))   # copies: the step donates
+    pool = EnvPool(data.env_spec(t.c, admissible=True), num_workers=1)
+    try:   # two iterations: the critic's learning rate warms up from 0 at its first step
+        after, m = t._rl_iteration(rl_state, before.params, pool, 0, critic_only=True)
+        after, m = t._rl_iteration(after, before.params, pool, 1, critic_only=True)
+    finally:
+        pool.close()
+        t.ckpt.close()
+        t.writer.close()
+    after = jax.device_get(after)
+    jax.tree.map(np.testing.assert_array_equal, after.params, before.params)
+    jax.tree.map(np.testing.assert_array_equal, after.opt_state, before.opt_state)
+    assert _leaves_differ(after.value_params, before.value_params)
+    assert set(m) == {k for k in m if k.startswith("critic_warmup/")} and m
+    assert "pg/policy_loss" not in m
+
+    def first_update_error(name, warm):
+        out = trainer_for(name, warm).run()
+        recs = [json.loads(l) for l in open(tmp_path / name / "metrics.jsonl")]
+        assert sum("critic_warmup/value_abs_err" in r for r in recs) == warm
+        assert out["rl_iters"] == 2
+        return next(r["pg/value_abs_err"] for r in recs if "pg/value_abs_err" in r)
+
+    cold, warm = first_update_error("cold", 0), first_update_error("warm", 3)
+    assert warm < cold, (warm, cold)
+    with pytest.raises(ValueError, match="has none: set it to 0"):
+        ScoreTrainer(tiny_config(tiny_games_dir, estimator="rloo", critic_warmup_iters=1),
+                     str(tmp_path / "bad"))

@@ -1,8 +1,9 @@
 """Q1 algorithm x reward, read also for Q4 (where RL's gain sits), Q5 (transfer) and Q6
 (process supervision): the critic-free estimators x the sparse and the process reward.
 
-Not yet arms: PPO with a critic (gae, turn_gae), until its value head is fitted before RL (a
-cold head starts at zero); and "dense", which equals "sparse" on these games (tw-make custom
+Not yet arms: PPO with a critic (gae, turn_gae), until its critic warm-up
+(``rl.critic_warmup_iters``) and learning rate are chosen on validation games (a cold head
+starts at zero); and "dense", which equals "sparse" on these games (tw-make custom
 quests pay their score at the win) until games that pay along the way are generated.
 """
 

@@ -68,8 +68,11 @@ class Comparison:
 
     @property
     def label(self) -> str:
-        what = f"{self.metric} ({self.role})" if metric_kind(self.metric) in PER_GAME else self.metric
-        return f"{what}: {self.a} − {self.b}" if self.b else f"{what}: {self.a}, after − before RL"
+        what = self.metric
+        if metric_kind(self.metric) in PER_GAME:
+            what += f" ({self.role})"
+        return (f"{what}: {self.a} − {self.b}" if self.b
+                else f"{what}: {self.a}, after − before RL")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,6 +96,10 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                              "task's greedy episode; rollout.dynamic_draws (which keeps groups "
                              "whose own returns differ) does not apply to it: set "
                              "rollout.dynamic_draws=0.")
+        if c.rl.critic_warmup_iters and not self.spec.needs_critic:
+            raise ValueError(f"rl.critic_warmup_iters={c.rl.critic_warmup_iters} fits a critic, "
+                             f"and rl.estimator={c.rl.estimator!r} has none: set it to 0, or "
+                             "choose an estimator with a critic (gae, turn_gae).")
         if c.rl.loss_norm not in returns.LOSS_NORMS:
             raise ValueError(f"rl.loss_norm={c.rl.loss_norm!r}; choose one of {returns.LOSS_NORMS}.")
         # Reference log-probs are computed only for a KL term (in the loss or in the rewards).
@@ -126,7 +130,10 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         # Without training the optimizers only give the checkpointed state its structure.
         self.sft_opt = optim.optimizer_from_config(c.sft, max(1, self.sft_steps))
         self.rl_opt = optim.optimizer_from_config(c.rl, rl_steps)
-        self.critic_opt = optim.optimizer_from_config(c.rl, rl_steps, lr=c.rl.critic_lr)
+        warm = c.rl.critic_warmup_iters
+        warm_steps = data.rl_update_steps(c, self.rows_per_iter_estimate(), warm) if warm else 0
+        self.critic_opt = optim.optimizer_from_config(c.rl, rl_steps + warm_steps,
+                                                      lr=c.rl.critic_lr)
         self.place = placement.Placement(self.mesh, self.cfg)
         self.rollout_place = placement.Placement(self.rollout_mesh, self.cfg)
         self.shardings = {phase: self.place.step_shardings(self._abstract_state(phase == RL), opt,
@@ -147,6 +154,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         self.replay_step = steps.make_sft_step(
             self.units, self.rl_opt, objective.ObjectiveConfig(lm_coef=c.sft.lm_coef),
             shardings=self.shardings[RL], prefix="replay") if c.rl.replay_steps else None
+        self.critic_step = steps.make_critic_step(
+            self.units, self.critic_opt, self.objective,
+            shardings=self.shardings[RL]) if c.rl.critic_warmup_iters else None
         self.old_terms = steps.make_old_terms(
             self.units, temperature=c.policy.temperature, needs_ref=self.needs_ref,
             needs_critic=self.spec.needs_critic)
@@ -309,7 +319,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                     olds[j] = self.row_units(out[2][k], row)
         return refl, vals, (olds if tis else None)
 
-    def _rl_iteration(self, state, ref, pool, it):
+    def _rl_iteration(self, state, ref, pool, it, critic_only: bool = False):
+        """One RL iteration: collect, advantages, update; ``critic_only``: the update fits the
+        critic alone (critic warm-up: no policy step, no demonstration replay)."""
         c = self.c
         t0 = time.time()
         rng = host_rng(c.seed, COLLECT_RNG, it)
@@ -394,12 +406,14 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                 batch = self.pack([rows[j] for j in idx], self.update_batch_rows(len(idx)), "pg")
                 eff.append(buckets.padding_efficiency(batch) * batch["mask"].size)  # real tokens
                 slots += batch["mask"].size
-                state, m = self.pg_step(state, self.place.batch(batch))
+                step = self.critic_step if critic_only else self.pg_step
+                state, m = step(state, self.place.batch(batch))
                 for k, v in m.items():
                     acc.setdefault(k, []).append(v)
         # Demonstration replay (rl.replay_steps, trainers.replay): SFT steps on the RL state.
-        sft_lengths = [len(r["tokens"]) for r in self.sft_rows] if c.rl.replay_steps else []
-        for idx in replay.replay_minibatches(sft_lengths, c.rl.replay_steps, c.sft.batch_rows,
+        replay_steps = 0 if critic_only else c.rl.replay_steps
+        sft_lengths = [len(r["tokens"]) for r in self.sft_rows] if replay_steps else []
+        for idx in replay.replay_minibatches(sft_lengths, replay_steps, c.sft.batch_rows,
                                              host_rng(c.seed, REPLAY_RNG, it)):
             batch = self.pack([self.sft_rows[j] for j in idx], c.sft.batch_rows, "replay")
             state, m = self.replay_step(state, self.place.batch(batch))
@@ -407,8 +421,10 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                 acc.setdefault(k, []).append(v)
         # The first minibatch runs on the sampling params: its |log pi - sampled log pi| is the
         # sampler-vs-trainer mismatch of this iteration's rows (later ones measure the update).
-        mismatch = acc.pop("pg/logp_mismatch_max")
+        mismatch = acc.pop("pg/logp_mismatch_max", None)
         metrics = {k: float(np.mean(jax.device_get(v))) for k, v in acc.items()}
+        if critic_only:
+            return state, metrics
         # Rollout figures are the iteration's own tasks (draw 0), whatever dynamic sampling kept,
         # sampled episodes only (a greedy group member has its own figure).
         metrics.update(trajectory.rollout_metrics(sampled))
@@ -471,6 +487,7 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                 state = self._rl_state(state.params)
                 self._save(state, ref, meta)
                 self._mark(state, ref, meta, saved=True)
+        state = self._critic_warmup(state, ref, pool, meta)
         # No plain progress lines off a terminal: each iteration prints its own, with the ETA.
         with console.Progress("RL", self.rl_iters, "iter", initial=meta["iteration"],
                               plain_every_s=None) as bar:
@@ -529,6 +546,32 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
                    "compile": cc["compile_s"] + cc["trace_s"]}
         return {"plan": self.plan, "sft_rows": len(self.sft_rows), "rl_iters": self.rl_iters,
                 "evals": meta["evals"], "state": state, "ref": ref, "phase_s": phase_s}
+
+    def _critic_warmup(self, state, ref, pool, meta):
+        """``rl.critic_warmup_iters`` iterations that fit the critic alone, before the first
+        policy update. They play the stream's games of iterations ``rl_iters + k`` (a later
+        pass: the policy's own iterations keep theirs) and log ``critic_warmup/*`` at steps
+        ``k + 1``."""
+        want = self.c.rl.critic_warmup_iters
+        if meta["phase"] != RL or meta["iteration"] > 0:
+            return state
+        while meta.get("critic_warmup", 0) < want:
+            k = meta.get("critic_warmup", 0)
+            with preemption.deferred():
+                state, m = self._rl_iteration(state, ref, pool, self.rl_iters + k,
+                                              critic_only=True)
+                meta["critic_warmup"] = k + 1
+                self.writer.write(k + 1, {key: v for key, v in m.items()
+                                          if key.startswith("critic_warmup/")})
+                self._mark(state, ref, meta)
+            console.info("critic warm-up %d/%d: value error %.3f", k + 1, want,
+                         m["critic_warmup/value_abs_err"])
+            if self.preempted:
+                with preemption.deferred():
+                    self._save(state, ref, meta)
+                    self._mark(state, ref, meta, saved=True)
+                raise Preempted(f"SIGTERM in critic warm-up {k + 1}/{want}; saved.")
+        return state
 
     def curve_due(self, iteration: int) -> bool:
         """Whether the held-out learning curve gets a point after ``iteration`` RL iterations:

@@ -188,3 +188,24 @@ def make_update_step(loss_fn: Callable, optimizer: optax.GradientTransformation,
                              value_params=vparams, value_opt_state=vopt), metrics
 
     return step
+
+
+def make_critic_step(critic_loss_fn: Callable, critic_optimizer: optax.GradientTransformation, *,
+                     shardings: StepShardings | None = None):
+    """jit(state, batch) -> (state, metrics): one optimizer step of the critic alone on
+    ``critic_loss_fn(value_params, batch)``; the policy and its optimizer state pass through
+    untouched (critic warm-up before RL updates the policy). The state is donated."""
+    jit_kw = {}
+    if shardings is not None:
+        jit_kw = dict(in_shardings=(shardings.state, shardings.batch),
+                      out_shardings=(shardings.state, shardings.metrics))
+
+    @functools.partial(jax.jit, donate_argnums=0, **jit_kw)
+    def critic_step(state: TrainState, batch):
+        (_, metrics), vgrads = jax.value_and_grad(critic_loss_fn, has_aux=True)(
+            state.value_params, batch)
+        vparams, vopt = apply_gradients(critic_optimizer, vgrads, state.value_opt_state,
+                                        state.value_params)
+        return state.replace(value_params=vparams, value_opt_state=vopt), metrics
+
+    return critic_step

@@ -5,6 +5,7 @@ An interface describes its units (tokens for free text, turns for candidate scor
 
     SFT:        L = -agg_u log pi(expert u) + c_lm LM                      (tau = 1)
     replay:     the SFT loss on demonstration rows, a step on the RL state between RL updates
+    critic:     the clipped value loss alone, the policy untouched (critic warm-up)
     PG:         L = PPO_clip + KL / entropy / LM terms   [+ critic: clipped value loss]
     old terms:  (log pi_ref(u), V(u)) before the update, zeros for a term the run does not use
                 [+ log pi_old(u), the trainer's own, for truncated importance sampling]
@@ -71,6 +72,18 @@ def make_pg_step(units: Units, optimizer: optax.GradientTransformation,
     return optim.make_update_step(policy_loss, optimizer, prefix="pg",
                                   critic_loss_fn=critic_loss if needs_critic else None,
                                   critic_optimizer=value_optimizer, shardings=shardings)
+
+
+def make_critic_step(units: Units, value_optimizer: optax.GradientTransformation,
+                     cfg: objective.ObjectiveConfig, shardings: StepShardings | None = None):
+    """jit(state, batch) -> (state, metrics): the critic's clipped value loss alone, the policy
+    untouched (``rl.critic_warmup_iters``)."""
+
+    def critic_loss(vparams, batch):
+        return objective.critic_loss(units.values(vparams, batch), units.mask(batch), batch, cfg,
+                                     prefix="critic_warmup")
+
+    return optim.make_critic_step(critic_loss, value_optimizer, shardings=shardings)
 
 
 def make_old_terms(units: Units, *, temperature: float, needs_ref: bool, needs_critic: bool):
