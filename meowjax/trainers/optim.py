@@ -156,6 +156,16 @@ def skipped_updates(opt_state: Any) -> jax.Array:
     return opt_state.total_notfinite
 
 
+def _jit_step(shardings: StepShardings | None):
+    """jax.jit for a step(state, batch) -> (state, metrics) that donates the state; with
+    ``shardings``, ``in_shardings=(state, batch)`` and ``out_shardings=(state, metrics)``."""
+    jit_kw = {}
+    if shardings is not None:
+        jit_kw = dict(in_shardings=(shardings.state, shardings.batch),
+                      out_shardings=(shardings.state, shardings.metrics))
+    return functools.partial(jax.jit, donate_argnums=0, **jit_kw)
+
+
 def make_update_step(loss_fn: Callable, optimizer: optax.GradientTransformation, *, prefix: str,
                      critic_loss_fn: Callable | None = None,
                      critic_optimizer: optax.GradientTransformation | None = None,
@@ -168,12 +178,7 @@ def make_update_step(loss_fn: Callable, optimizer: optax.GradientTransformation,
     ``in_shardings=(state, batch)`` and ``out_shardings=(state, metrics)``, so the returned state
     has exactly the input state's shardings (see ``meowjax.runtime.placement``).
     """
-    jit_kw = {}
-    if shardings is not None:
-        jit_kw = dict(in_shardings=(shardings.state, shardings.batch),
-                      out_shardings=(shardings.state, shardings.metrics))
-
-    @functools.partial(jax.jit, donate_argnums=0, **jit_kw)
+    @_jit_step(shardings)
     def step(state: TrainState, batch):
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
         params, opt_state = apply_gradients(optimizer, grads, state.opt_state, state.params)
@@ -195,12 +200,7 @@ def make_critic_step(critic_loss_fn: Callable, critic_optimizer: optax.GradientT
     """jit(state, batch) -> (state, metrics): one optimizer step of the critic alone on
     ``critic_loss_fn(value_params, batch)``; the policy and its optimizer state pass through
     untouched (critic warm-up before RL updates the policy). The state is donated."""
-    jit_kw = {}
-    if shardings is not None:
-        jit_kw = dict(in_shardings=(shardings.state, shardings.batch),
-                      out_shardings=(shardings.state, shardings.metrics))
-
-    @functools.partial(jax.jit, donate_argnums=0, **jit_kw)
+    @_jit_step(shardings)
     def critic_step(state: TrainState, batch):
         (_, metrics), vgrads = jax.value_and_grad(critic_loss_fn, has_aux=True)(
             state.value_params, batch)
