@@ -217,3 +217,50 @@ def test_prompt_builder_states_the_turns_left_only_when_asked(tmp_path):
     assert "Turns left" not in plain.messages("win", obs, acts, budget=8)[-1]["content"]
     with pytest.raises(ValueError, match="needs the episode's turn budget"):
         stated.messages("win", obs, acts)
+
+
+def test_forced_action_replaces_the_policys_choice_at_its_turn_only(tmp_path):
+    """score_episodes.collect(forced=(t, command)): turn t of every episode plays the command
+    (where admissible), the other turns the policy's greedy choice; its log-prob is recorded."""
+    from types import SimpleNamespace
+
+    from meowjax.envs.base import ResetResult, StepResult
+    from meowjax.rollout import score_episodes
+    tok = tokenizer.train_bpe_tokenizer(["go north look inventory take coin"] * 20, 300,
+                                        str(tmp_path))
+    cmds = ["go north", "inventory", "look"]
+
+    class Pool:   # every game: 3 turns, the same admissible commands, never won
+        def reset(self, tasks, budgets):
+            self.turn = [0] * len(tasks)
+            return [ResetResult("Room", "win", 1.0, admissible=list(cmds)) for _ in tasks]
+
+        def step(self, actions):
+            out = []
+            for i, a in enumerate(actions):
+                if a is None:
+                    out.append(None)
+                    continue
+                self.turn[i] += 1
+                out.append(StepResult("Room", 0.0, self.turn[i] >= 3, False,
+                                      {"admissible": list(cmds)}))
+            return out
+
+    def score(batch):   # the policy prefers command 0 ("go north") by far
+        logp = np.full(batch["cand"].shape[:1] + (4,), -10.0, np.float32)
+        logp[:, 0] = -0.01
+        return logp
+
+    builder = score_episodes.PromptBuilder(tok, window=0, max_cands=4, history=True)
+    tasks = [SimpleNamespace(task_id=f"t{i}") for i in range(2)]
+    kw = dict(group_size=1, max_turns=[3, 3], batch_rows=4, length_buckets=(256, 512),
+              rng=np.random.default_rng(0), greedy=True)
+    plain = score_episodes.collect(score, Pool(), builder, tasks, **kw)
+    forced = score_episodes.collect(score, Pool(), builder, tasks, forced=(1, "inventory"), **kw)
+    assert [[t.action for t in e.turns] for e in plain] == [["go north"] * 3] * 2
+    assert [[t.action for t in e.turns] for e in forced] == [["go north", "inventory",
+                                                              "go north"]] * 2
+    assert forced[0].turns[1].chosen == 1 and forced[0].turns[1].logp == pytest.approx(-10.0)
+    # A command that is not admissible forces nothing.
+    none = score_episodes.collect(score, Pool(), builder, tasks, forced=(1, "dance"), **kw)
+    assert [[t.action for t in e.turns] for e in none] == [["go north"] * 3] * 2

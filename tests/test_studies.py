@@ -178,7 +178,9 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     knobs = dict(studies.STUDIES["budget"].arms)[arm]
     smoke = Study("smoke", "Q smoke: a study defined here", ((arm, knobs),),
                   comparisons=(Comparison("pass@1,4", arm, None, "hard"),
-                               Comparison("success", arm, None, "harder")), grids=True, seeds=(0,))
+                               Comparison("success", arm, None, "harder"),
+                               Comparison("probe", arm, None, "hard")),
+                  grids=True, seeds=(0,), probe=(1, "inventory"))
     monkeypatch.setitem(studies.STUDIES, "smoke", smoke)
     kw = dict(smoke=True, workdir=str(tmp_path / "runs"), results_dir=str(tmp_path / "results"),
               games_dir=tiny_games_dir)
@@ -205,6 +207,10 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     assert len(curve["curve"]) == len(curve["iteration"]) and curve["curve_games"] == 2
     assert len(curve["rollout_success"]) == rec["rl_iters"]
     assert rec["diagnostics"]["end"]["episodes"] == c["games"]["num_eval_hard"] * 2
+    for tag in ("start", "end"):   # the forced-action probe on the sampled games
+        p = rec["probe"][tag]
+        assert (p["turn"], p["command"]) == (1, "inventory")
+        assert len(p["per_game"]) == c["games"]["num_eval_hard"] == p["n"]
     assert studies.run_cell("smoke", arm, knobs, 0, **kw) is None          # done: skipped
     # The report reads the study's definition and its one cell.
     doc = tmp_path / "results.md"
@@ -214,6 +220,7 @@ def test_studies_one_smoke_cell_end_to_end_then_skipped(tiny_games_dir, tmp_path
     assert row(md, arm)[0] == "1/1" and "Pass@(1,4)" in md
     r = row(md, f"pass@1,4 (hard): {arm}, after − before RL")
     assert r[1].endswith("(n=1 seeds)") and r[4] == "inconclusive at MDE n/a"
+    assert row(md, f"probe (hard): {arm}, after − before RL")[1].endswith("(n=1 seeds)")
 
 
 def test_studies_learning_curve_takes_the_trainers_points_and_each_iteration_once(tmp_path):

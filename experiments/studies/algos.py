@@ -32,7 +32,9 @@ def _cmps():
                 Comparison("auc", f"{e} / process", f"{e} / sparse", "hard", PROCESS)]
     for e in ESTIMATORS:       # Q4: first action vs recovery, Q5: transfer
         arm = f"{e} / process"
-        out += [Comparison("diag:recovery_no_progress", arm, None, "hard", RECOVERY),
+        out += [Comparison("success", arm, None, "hard", RECOVERY),
+                Comparison("probe", arm, None, "hard", RECOVERY),
+                Comparison("diag:recovery_no_progress", arm, None, "hard", RECOVERY),
                 Comparison("diag:first_action_progress", arm, None, "hard", RECOVERY),
                 Comparison("success", arm, None, "harder", TRANSFER)]
     return tuple(out)
@@ -43,4 +45,7 @@ STUDY = Study(
     "Q6 process supervision)",
     arms=arms([(f"{e} / {r}", {"estimator": e, "reward": r})
                for r in REWARDS for e in ESTIMATORS]),
-    comparisons=_cmps())
+    comparisons=_cmps(),
+    # Q4's selection-free probe: the second command of every sampled game forced to a wasted
+    # "inventory" (the next prompt shows the inventory, not the room), then greedy play.
+    probe=(1, "inventory"))

@@ -172,7 +172,7 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
     and end policies: the Pass@(K,T) grids in both modes, on the trainer's sampled games (a
     policy trained without the budget in its prompts has its unstated grid from the trainer's
     evaluations already: the same player, games, seed and grid)."""
-    if not st.grids:
+    if not (st.grids or st.probe):
         return {}
     from meowjax.envs.pool import EnvPool
     from meowjax.trainers import data, evaluate
@@ -184,6 +184,11 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
     policies = {"start": out["ref"], "end": out["state"].params}
     res: dict[str, Any] = {}
     try:
+        if st.probe:
+            tasks = data.game_sets(c)[c.eval.sampled_split][:c.eval.sampled_games or None]
+            res["probe"] = {tag: evaluate.forced_action_probe(
+                trainer, p, pool, tasks, turn=st.probe[0], command=st.probe[1],
+                budget=c.turns.eval_max_turns, seed=c.seed) for tag, p in policies.items()}
         if st.grids:
             tasks = data.game_sets(c)[c.eval.sampled_split][:c.eval.sampled_games or None]
             res["passkt"] = {}
@@ -243,7 +248,7 @@ def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir:
         "machine": load, "wall_s": walls, "sft": sft, "plan": out["plan"],
         "rl_iters": out["rl_iters"],
         "splits": splits, "curve": learning_curve(workdir, evals, out["rl_iters"]),
-        "passkt": passkt,
+        "passkt": passkt, "probe": extra.get("probe"),
         "diagnostics": {tag: evals.get(src, {}).get("diagnostics")
                         for tag, src in (("start", "start"), ("end", "final"))},
     }

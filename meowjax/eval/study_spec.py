@@ -7,7 +7,8 @@ metric of two arms of the same seed (``a - b``) or of one arm before and after R
 at one held-out difficulty, against a ``Claim`` quoted from the seed documents.
 
 Metrics (``METRICS``): ``success`` (greedy win per held-out game), ``pass@K,T`` (Pass@(K,T) per
-sampled game, unstated-budget grid where the cell has it), both paired game by game; ``auc``
+sampled game, unstated-budget grid where the cell has it), ``probe`` (greedy win per sampled
+game when a given command is forced at a given turn: ``Study.probe``), paired game by game; ``auc``
 (area under the held-out learning curve) and ``diag:<key>`` (a per-turn diagnostic of the
 sampled episodes), one value per cell. Per seed, a per-game metric's value is the mean of its
 game differences.
@@ -81,7 +82,9 @@ class Study:
     knobs; ``grids``: the runner adds the Pass@(K,T) grid in both prompt modes; ``shared_sft``:
     the cells of a seed start RL from one SFT run (off where the arms differ in SFT);
     ``inert_check``: two arms are compared only where RL moved both (off where the arms differ
-    in more than RL, e.g. SFT alone against SFT then RL)."""
+    in more than RL, e.g. SFT alone against SFT then RL); ``probe``: ``(t, command)``, the
+    runner plays the sampled games greedily with ``command`` forced at turn t, before and after
+    RL (the selection-free recovery probe, metric ``probe``)."""
     name: str
     question: str
     arms: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
@@ -90,6 +93,7 @@ class Study:
     shared_sft: bool = True
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     inert_check: bool = True
+    probe: tuple[int, str] | None = None
 
     def __post_init__(self):
         labels = [a for a, _ in self.arms]
@@ -106,12 +110,12 @@ def arms(rows: Sequence[tuple[str, dict[str, Any]]]):
 
 
 # -- metrics -----------------------------------------------------------------------------------
-PER_GAME = ("success", "pass")
-METRICS = ("success", "pass@K,T", "auc", "diag:<key>")
+PER_GAME = ("success", "pass", "probe")
+METRICS = ("success", "pass@K,T", "probe", "auc", "diag:<key>")
 
 
 def metric_kind(metric: str) -> str:
-    if metric == "success" or metric == "auc":
+    if metric in ("success", "auc", "probe"):
         return metric
     if metric.startswith("pass@"):
         pass_kt(metric)   # fails now on a malformed K,T
@@ -131,8 +135,9 @@ def pass_kt(metric: str) -> tuple[int, int]:
 
 def _per_game(rec: dict[str, Any], metric: str, role: str, tag: str) -> dict[str, float] | None:
     """game -> value of one cell's policy (``tag``: start or end)."""
-    if metric == "success":
-        got = outcomes(rec, role, tag)
+    if metric in ("success", "probe"):
+        got = (outcomes(rec, role, tag) if metric == "success" else
+               ((rec.get("probe") or {}).get(tag) or {}).get("per_game"))
         return None if got is None else {g: float(v) for g, v in got.items()}
     k, t = pass_kt(metric)
     g = grid(rec, "unstated", tag) or grid(rec, "stated", tag)

@@ -146,8 +146,13 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
             tasks: Sequence[Task], *, group_size: int, max_turns: Sequence[int],
             batch_rows: int, length_buckets: Sequence[int],
             rng: np.random.Generator | Sequence[np.random.Generator],
-            greedy: bool = False, min_rows: int = 4, group_offset: int = 0) -> list[ScoreEpisode]:
+            greedy: bool = False, min_rows: int = 4, group_offset: int = 0,
+            forced: tuple[int, str] | None = None) -> list[ScoreEpisode]:
     """Plays ``len(tasks) * group_size`` episodes in parallel; returns them in slot order.
+
+    forced: ``(t, command)`` plays ``command`` as every episode's turn t (0-based) where it is
+    admissible, whatever the policy prefers (a probe of how the policy goes on after an action
+    it did not choose); its log-prob is recorded as the policy's for that command.
 
     score_fn(batch) -> log pi [batch_rows, max_cands] (host numpy) for a packed batch.
     max_turns: one budget per episode (BudgetMix samples them), len = len(tasks) * group_size.
@@ -202,6 +207,8 @@ def collect(score_fn: Callable[[dict[str, np.ndarray]], np.ndarray], pool, build
         chosen = {}
         for j, i in enumerate(idx):
             c = sample_from_logp(logp_BC[j, :len(admissible[i])], rngs[i], greedy)
+            if forced and len(actions[i]) == forced[0] and forced[1] in admissible[i]:
+                c = admissible[i].index(forced[1])
             chosen[i] = (j, c)
             step_actions[i] = admissible[i][c]
         results = pool.step(step_actions)

@@ -323,6 +323,20 @@ def greedy_summary(trainer: Any, params: Any, pool, tasks: Sequence[Task], *, bu
                                                        desc=f"greedy T={budget}"))
 
 
+def forced_action_probe(trainer: Any, params: Any, pool, tasks: Sequence[Task], *, turn: int,
+                        command: str, budget: int, seed: int) -> dict[str, Any]:
+    """Greedy success when every episode plays ``command`` at turn ``turn`` (0-based) instead
+    of its own choice, then goes on greedily: how the policy recovers from an action it did not
+    choose, on every game alike (no selection by the policy's own errors). The trainer's
+    forced action is reset after."""
+    trainer.set_forced_action((int(turn), str(command)))
+    try:
+        out = greedy_summary(trainer, params, pool, tasks, budget=budget, seed=seed)
+    finally:
+        trainer.set_forced_action(None)
+    return {"turn": int(turn), "command": command, **out}
+
+
 def passkt_grid(trainer: Any, params: Any, pool, tasks: Sequence[Task], *, ks: Sequence[int],
                 ts: Sequence[int], samples: int, stated: bool, seed: int) -> dict[str, Any]:
     """Pass@(K,T) (``passk.grid_json``: means, intervals, per-task values) in the mode that

@@ -191,6 +191,12 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             raise ValueError(f"the {self.interface!r} interface cannot state the turn budget in "
                              "its prompts (policy.state_budget is for interface 'score').")
 
+    def set_forced_action(self, forced) -> None:
+        """Every episode plays a given command at a given turn (the forced-action probe)."""
+        if forced is not None:
+            raise ValueError(f"the {self.interface!r} interface cannot force an action (the "
+                             "forced-action probe is for interface 'score').")
+
     def batch_row_fields(self) -> dict[str, int]:
         """Config fields that fix a device batch's row count (each must divide the batch shards)."""
         return {"sft.batch_rows": self.c.sft.batch_rows,

@@ -44,6 +44,13 @@ class ScoreTrainer(loop.AgentTrainer):
         # rl.tis="auto": truncated importance sampling where the model computes in bf16.
         self.objective = self.objective.resolve_tis(self.cfg.dtype)
 
+    forced: tuple[int, str] | None = None
+
+    def set_forced_action(self, forced: tuple[int, str] | None) -> None:
+        """From now on every episode plays ``command`` at turn t (``forced = (t, command)``)
+        where it is admissible; None: the policy chooses every turn (the forced-action probe)."""
+        self.forced = forced
+
     def set_state_budget(self, on: bool) -> None:
         """Whether prompts state the turn budget from now on (an evaluation that prompts a
         policy otherwise than it was trained: the two Pass@(K,T) modes)."""
@@ -79,7 +86,7 @@ class ScoreTrainer(loop.AgentTrainer):
         eps = score_episodes.collect(
             score, pool, self.builder, tasks, group_size=group_size, max_turns=budgets,
             batch_rows=self.batch_rows, length_buckets=self.c.rollout.length_buckets, rng=rngs,
-            greedy=greedy, min_rows=self.min_rows, group_offset=offset)
+            greedy=greedy, min_rows=self.min_rows, group_offset=offset, forced=self.forced)
         return [score_episodes.to_trajectory(e) for e in eps]
 
     def update_rows(self, trajs):
