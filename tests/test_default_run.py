@@ -20,6 +20,7 @@ def test_default_smoke_run_end_to_end(tiny_games_dir, tmp_path):
     c.unlock()
     c.games.cache_dir = tiny_games_dir
     c.eval.sampled_games = 1   # the default samples the first 100 of its 200: here 1 of 2
+    c.rl.replay_steps = 1      # the default replays 16 demonstration minibatches: here one
     c.lock()
     workdir = str(tmp_path / "run")
     tracked = config_tracking.track(c)
@@ -43,6 +44,8 @@ def test_default_smoke_run_end_to_end(tiny_games_dir, tmp_path):
     recs = [json.loads(line) for line in open(f"{workdir}/metrics.jsonl")]
     assert [r["curve/success"] for r in recs if "curve/success" in r] == [
         p["success"] for p in curve]
+    rl = [r for r in recs if "pg/policy_loss" in r]     # each iteration replayed its step
+    assert len(rl) == 5 and all(r["replay/expert_prob"] > 0 for r in rl)
     assert json.load(open(f"{workdir}/evals.json"))["curve"] == curve
 
     md = open(f"{workdir}/report.md").read()
