@@ -55,7 +55,7 @@ def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games
     from experiments import evaluate as cli
     argv = ["evaluate", f"--config=configs/study.py:{CELL}", f"--workdir={trained}",
             f"--config.games.cache_dir={tiny_games_dir}", "--split=eval", "--ks=1,2",
-            "--ts=2,4", "--samples=2", "--mode=single_run"]
+            "--ts=2,4,6", "--samples=2", "--mode=single_run"]   # T_max: the trainer's budget
     if "hf_path" not in flags.FLAGS:
         cli.define_flags()
     monkeypatch.setattr(sys, "argv", argv)   # config_flags reads its overrides from sys.argv
@@ -67,7 +67,7 @@ def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games
     out = os.path.join(trained, "eval_eval")
     md = open(os.path.join(out, "report.md")).read()
     for heading in ("## Success at T_max", "## Pass@(K,T) on eval", "## Per-turn diagnostics",
-                    "| K \\ T | T=2 | T=4 |", "Mode: `single_run`", "action validity"):
+                    "| K \\ T | T=2 | T=4 | T=6 |", "Mode: `single_run`", "action validity"):
         assert heading in md, heading
     # The greedy episodes are the trainer's final ones (same checkpoint, same seed).
     g = json.load(open(os.path.join(trained, "evals.json")))["final"]["eval"]
@@ -86,7 +86,7 @@ def test_evaluate_cli_on_a_tiny_checkpoint_writes_the_report(trained, tiny_games
     for tr in d["traces"]:
         by_task.setdefault(tr["task_id"], []).append(tr)
     np.testing.assert_allclose(d["pass_at_k_t"]["mean"],
-                               passk.pass_at_k_t(by_task, (1, 2), (2, 4)), atol=1e-12)
+                               passk.pass_at_k_t(by_task, (1, 2), (2, 4, 6)), atol=1e-12)
     turns = [t for tr in d["traces"] for t in tr["turns"]]
     assert d["diagnostics"]["validity"] == pytest.approx(
         1 - np.mean([t["invalid"] for t in turns]))
