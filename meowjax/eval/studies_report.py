@@ -93,7 +93,8 @@ def _mean_over_seeds(values: Sequence[float | None]) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def arms_table(d: Doc, st: spec.Study, cells: Cells) -> None:
+def arms_table(d: Doc, st: spec.Study, cells: Cells,
+               gains: Mapping[str, spec.Result]) -> None:
     rows = []
     for arm, _ in st.arms:
         c = cells.get(arm, {})
@@ -103,9 +104,9 @@ def arms_table(d: Doc, st: spec.Study, cells: Cells) -> None:
             a = _mean_over_seeds([success(r, role, "start") for r in recs])
             b = _mean_over_seeds([success(r, role, "end") for r in recs])
             row.append("n/a" if a != a else f"{a:.3f} → {b:.3f}")
-        res = spec.judge(spec.Comparison("success", arm, None, spec.RL_ROLE), cells, st.seeds)
+        res = gains[arm]
         row.append(fmt_ci(res.mean, res.boot_low, res.boot_high, True))
-        moved = spec.moved(cells, arm, st.seeds)
+        moved = spec.rl_moved(res)
         row.append("n/a" if moved is None else "yes" if moved else spec.INERT)
         row.append(fmt(_mean_over_seeds([auc(r) for r in recs])))
         rows.append(row)
@@ -124,10 +125,12 @@ def _role_names(cells: Cells) -> dict[str, str]:
     return names
 
 
-def comparisons_table(d: Doc, st: spec.Study, cells: Cells) -> None:
+def comparisons_table(d: Doc, st: spec.Study, cells: Cells,
+                      gains: Mapping[str, spec.Result]) -> None:
+    moved = {arm: spec.rl_moved(g) for arm, g in gains.items()} if st.inert_check else None
     rows, mdes = [], []
     for cmp in st.comparisons:
-        res = spec.judge(cmp, cells, st.seeds, st.inert_check)
+        res = spec.judge(cmp, cells, st.seeds, moved)
         claim = "—" if cmp.claim is None else (
             f"“{cmp.claim.text}” ({cmp.claim.source}"
             + ("; no direction: the paper's text is not available" if cmp.claim.sign is None
@@ -189,9 +192,10 @@ def curve_plot(d: Doc, st: spec.Study, cells: Cells) -> None:
 
 def study_section(d: Doc, st: spec.Study, cells: Cells) -> None:
     d.add(f"## {st.question} (study `{st.name}`)")
-    arms_table(d, st, cells)
+    gains = {arm: spec.rl_gain(arm, cells, st.seeds) for arm, _ in st.arms}   # once per arm
+    arms_table(d, st, cells, gains)
     if st.comparisons:
-        comparisons_table(d, st, cells)
+        comparisons_table(d, st, cells, gains)
     if st.grids:
         grid_table(d, st, cells)
     curve_plot(d, st, cells)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -196,22 +196,14 @@ class Result:
     verdict: str
 
 
-def moved(cells: Cells, arm: str, seeds: Sequence[int]) -> bool | None:
-    """Whether RL moved the arm's held-out success at the RL difficulty: its two-stage interval
-    of after - before excludes 0. None: no cell yet."""
-    _, games, _ = seed_values(Comparison("success", arm, None, RL_ROLE), cells, seeds)
-    if not games:
-        return None
-    _, low, high = ss.two_stage_bootstrap(games)
-    return low > 0 or high < 0
-
-
 def _mde_text(mde: float) -> str:
     return "n/a" if mde != mde else f"{mde:.3f}"
 
 
-def judge(cmp: Comparison, cells: Cells, seeds: Sequence[int], inert_check: bool = True
-          ) -> Result:
+def judge(cmp: Comparison, cells: Cells, seeds: Sequence[int],
+          moved: Mapping[str, bool | None] | None = None) -> Result:
+    """The comparison's intervals, MDE and verdict. ``moved``: each arm's ``rl_moved`` (None:
+    no inert check, e.g. arms that differ in more than RL)."""
     per_seed, games, complete = seed_values(cmp, cells, seeds)
     mean, tl, th = ss.seed_interval(per_seed)
     bl, bh = math.nan, math.nan
@@ -221,8 +213,7 @@ def judge(cmp: Comparison, cells: Cells, seeds: Sequence[int], inert_check: bool
     intervals = [(lo, hi) for lo, hi in ((tl, th), (bl, bh)) if lo == lo]
     if not complete:
         verdict = NOT_RUN
-    elif (inert_check and cmp.b is not None
-          and not all(moved(cells, arm, seeds) for arm in (cmp.a, cmp.b))):
+    elif moved is not None and cmp.b is not None and not (moved[cmp.a] and moved[cmp.b]):
         verdict = INERT
     else:
         above = bool(intervals) and all(lo > 0 for lo, _ in intervals)
@@ -236,3 +227,16 @@ def judge(cmp: Comparison, cells: Cells, seeds: Sequence[int], inert_check: bool
         else:
             verdict = f"inconclusive at MDE {_mde_text(mde)}"
     return Result(mean, tl, th, bl, bh, len(per_seed), mde, verdict)
+
+
+def rl_gain(arm: str, cells: Cells, seeds: Sequence[int]) -> Result:
+    """The arm's RL gain in greedy success at the RL difficulty (after - before, paired)."""
+    return judge(Comparison("success", arm, None, RL_ROLE), cells, seeds)
+
+
+def rl_moved(gain: Result) -> bool | None:
+    """Whether RL moved held-out success (``rl_gain``'s two-stage interval excludes 0); None:
+    no cell yet."""
+    if gain.boot_low != gain.boot_low:
+        return None
+    return gain.boot_low > 0 or gain.boot_high < 0
