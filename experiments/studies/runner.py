@@ -25,7 +25,6 @@ start and end policy.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import math
 import os
@@ -39,7 +38,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from configs import study as study_config
-from meowjax.eval import studies_report, study_stats
+from meowjax.eval import studies_report, study_cells, study_stats
 from meowjax.eval.study_spec import Study
 from meowjax.runtime import console, host_memory, preemption, workdir_lock, xla_cache
 
@@ -81,13 +80,9 @@ SUMMARY = "docs/results/default/summary.json"
 
 def recorded_cell_minutes(results_dir: str, study: str) -> list[float]:
     """Wall minutes of the recorded cells of ``study`` at this scale (``SCHEMA``)."""
-    out = []
-    for path in sorted(glob.glob(os.path.join(results_dir, study, "*.json"))):
-        with open(path, encoding="utf-8") as f:
-            rec = json.load(f)
-        if rec.get("schema") == SCHEMA:
-            out.append(rec["wall_s"]["total"] / 60)
-    return out
+    cells = study_cells.load_cells(results_dir, [study]).get(study, {})
+    return [r["wall_s"]["total"] / 60 for by_seed in cells.values() for r in by_seed.values()
+            if r.get("schema") == SCHEMA]
 
 
 def plan(studies: Sequence[str], *, seeds: Sequence[int] = (), results_dir: str = RESULTS_DIR,
@@ -176,21 +171,21 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
         return {}
     from meowjax.envs.pool import EnvPool
     from meowjax.trainers import data, evaluate
+    from meowjax.trainers.evaluation import sampled_tasks
     from meowjax.trainers.registry import trainer_class
     trainer = trainer_class(c.policy.interface)(c, workdir, training=False)
     trainer.ckpt.close()
     pool = EnvPool(data.env_spec(c, admissible=trainer.needs_admissible),
                    num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
     policies = {"start": out["ref"], "end": out["state"].params}
+    tasks = sampled_tasks(data.game_sets(c)[c.eval.sampled_split], c.eval.sampled_games)
     res: dict[str, Any] = {}
     try:
         if st.probe:
-            tasks = data.game_sets(c)[c.eval.sampled_split][:c.eval.sampled_games or None]
             res["probe"] = {tag: evaluate.forced_action_probe(
                 trainer, p, pool, tasks, turn=st.probe[0], command=st.probe[1],
                 budget=c.turns.eval_max_turns, seed=c.seed) for tag, p in policies.items()}
         if st.grids:
-            tasks = data.game_sets(c)[c.eval.sampled_split][:c.eval.sampled_games or None]
             res["passkt"] = {}
             for mode in ("unstated", "stated"):
                 stated = mode == "stated"
