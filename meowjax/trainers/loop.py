@@ -118,14 +118,14 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         augmented = data.augmented_experts(c, self.expert, sft_tasks,
                                            host_rng(c.seed, AUGMENT_RNG)) if training else []
         self.sft_rows = self.make_sft_rows(self.expert + augmented)
+        self.sft_lengths = [len(r["tokens"]) for r in self.sft_rows]   # SFT and replay batches
         per_iter = c.rollout.tasks_per_iter * c.rollout.group_size
         self.batch_rows = per_iter
         self.rl_iters = self.plan["rl_episodes"] // per_iter
         self.sft_steps = c.sft.epochs * -(-len(self.sft_rows) // c.sft.batch_rows)
         rl_steps = data.rl_update_steps(c, self.rows_per_iter_estimate(), self.rl_iters)
-        if training and self.rl_iters and c.rl.replay_steps:   # fails now, not after SFT
-            replay.replay_minibatches([0] * len(self.sft_rows), c.rl.replay_steps,
-                                      c.sft.batch_rows, host_rng(c.seed, REPLAY_RNG, 0))
+        if training and self.rl_iters:   # fails now, not after SFT
+            replay.check_replay(len(self.sft_rows), c.rl.replay_steps, c.sft.batch_rows)
         rl_steps += c.rl.replay_steps * self.rl_iters   # they step the RL optimizer too
         # Without training the optimizers only give the checkpointed state its structure.
         self.sft_opt = optim.optimizer_from_config(c.sft, max(1, self.sft_steps))
@@ -267,15 +267,14 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
     def _sft(self, state, meta):
         c = self.c
         steps_per_epoch = -(-len(self.sft_rows) // c.sft.batch_rows)
-        lengths = [len(r["tokens"]) for r in self.sft_rows]
         chunks, chunks_epoch = [], -1
         loss = float("nan")
         with console.Progress("SFT", self.sft_steps, "step", initial=meta["sft_step"]) as bar:
             while meta["sft_step"] < self.sft_steps and not self.preempted:
                 epoch, k = divmod(meta["sft_step"], steps_per_epoch)
                 if epoch != chunks_epoch:  # one epoch's minibatches, drawn once from its rng
-                    chunks = buckets.length_grouped_minibatches(lengths, c.sft.batch_rows,
-                                                                host_rng(c.seed, SFT_RNG, epoch))
+                    chunks = buckets.length_grouped_minibatches(
+                        self.sft_lengths, c.sft.batch_rows, host_rng(c.seed, SFT_RNG, epoch))
                     chunks_epoch = epoch
                 idx = chunks[k]
                 # Update steps always run on batch_rows rows (the one partial minibatch of an
@@ -407,19 +406,18 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         eff, slots = [], 0
         mb = c.rl.minibatch_rows
         lengths = [len(r["tokens"]) for r in rows]
+        step = self.critic_step if critic_only else self.pg_step
         for _ in range(c.rl.epochs):
             for idx in buckets.length_grouped_minibatches(lengths, mb, shuffle):
                 batch = self.pack([rows[j] for j in idx], self.update_batch_rows(len(idx)), "pg")
                 eff.append(buckets.padding_efficiency(batch) * batch["mask"].size)  # real tokens
                 slots += batch["mask"].size
-                step = self.critic_step if critic_only else self.pg_step
                 state, m = step(state, self.place.batch(batch))
                 for k, v in m.items():
                     acc.setdefault(k, []).append(v)
         # Demonstration replay (rl.replay_steps, trainers.replay): SFT steps on the RL state.
         replay_steps = 0 if critic_only else c.rl.replay_steps
-        sft_lengths = [len(r["tokens"]) for r in self.sft_rows] if replay_steps else []
-        for idx in replay.replay_minibatches(sft_lengths, replay_steps, c.sft.batch_rows,
+        for idx in replay.replay_minibatches(self.sft_lengths, replay_steps, c.sft.batch_rows,
                                              host_rng(c.seed, REPLAY_RNG, it)):
             batch = self.pack([self.sft_rows[j] for j in idx], c.sft.batch_rows, "replay")
             state, m = self.replay_step(state, self.place.batch(batch))
