@@ -45,10 +45,15 @@ def difficulty_record(name: str, before: Mapping[str, bool],
             "after": float(np.mean(a)), "gain": gain, "ci_low": low, "ci_high": high}
 
 
+def per_game(evals: Mapping[str, Any], tag: str, split: str) -> dict[str, bool]:
+    """game id -> won of one held-out set in the evaluation ``tag`` ("start" before RL, "final"
+    after), {} if not evaluated."""
+    return evals.get(tag, {}).get(split, {}).get("per_game") or {}
+
+
 def game_diffs(evals: Mapping[str, Any], split: str) -> list[float]:
     """after - before of each game of one held-out set (by game id), or [] if not evaluated."""
-    before = evals.get("start", {}).get(split, {}).get("per_game") or {}
-    after = evals.get("final", {}).get(split, {}).get("per_game") or {}
+    before, after = per_game(evals, "start", split), per_game(evals, "final", split)
     return [float(after[i]) - float(before[i]) for i in sorted(before) if i in after]
 
 
@@ -57,8 +62,7 @@ def seed_record(evals: Mapping[str, Any], prov: Mapping[str, Any]) -> dict[str, 
     out: dict[str, Any] = {"seed": prov["seed"], "commit": prov["commit"], "cpu": prov.get("cpu"),
                            "eval_split": prov.get("eval_split")}
     for split, role in ROLES.items():
-        before = evals.get("start", {}).get(split, {}).get("per_game")
-        after = evals.get("final", {}).get(split, {}).get("per_game")
+        before, after = per_game(evals, "start", split), per_game(evals, "final", split)
         if before and after:
             out[role] = difficulty_record(prov["difficulties"][split], before, after)
     return out

@@ -70,6 +70,12 @@ def two_stage_bootstrap(diffs_per_seed: Sequence[Sequence[float]], *, alpha: flo
     return mean, float(low), float(high)
 
 
+def _mde(sd: float, n: int, alpha: float, power: float) -> float:
+    """(t(1 - alpha/2, n - 1) + t(power, n - 1)) * sd / sqrt(n)."""
+    mult = scipy_stats.t.ppf(1 - alpha / 2, n - 1) + scipy_stats.t.ppf(power, n - 1)
+    return float(mult * sd / math.sqrt(n))
+
+
 def minimal_detectable_effect(seed_values: Sequence[float], *, alpha: float = 0.05,
                               power: float = 0.8) -> float:
     """The smallest true mean difference a paired t test over these n seeds detects with
@@ -81,9 +87,7 @@ def minimal_detectable_effect(seed_values: Sequence[float], *, alpha: float = 0.
     x_N = np.asarray([v for v in seed_values if v is not None], np.float64)
     if x_N.size < 2:
         return math.nan
-    dof = x_N.size - 1
-    mult = scipy_stats.t.ppf(1 - alpha / 2, dof) + scipy_stats.t.ppf(power, dof)
-    return float(mult * x_N.std(ddof=1) / math.sqrt(x_N.size))
+    return _mde(float(x_N.std(ddof=1)), x_N.size, alpha, power)
 
 
 def design_mde(sd_between: float, sd_within: float, seeds: int, games: int, *,
@@ -96,10 +100,7 @@ def design_mde(sd_between: float, sd_within: float, seeds: int, games: int, *,
         MDE = (t(1 - alpha/2, seeds - 1) + t(power, seeds - 1)) * s / sqrt(seeds)"""
     if seeds < 2 or games < 1:
         raise ValueError(f"a design needs >= 2 seeds and >= 1 game (got {seeds}, {games}).")
-    s = math.sqrt(sd_between ** 2 + sd_within ** 2 / games)
-    dof = seeds - 1
-    mult = scipy_stats.t.ppf(1 - alpha / 2, dof) + scipy_stats.t.ppf(power, dof)
-    return float(mult * s / math.sqrt(seeds))
+    return _mde(math.sqrt(sd_between ** 2 + sd_within ** 2 / games), seeds, alpha, power)
 
 
 def area_under_curve(iterations: Sequence[float], values: Sequence[float | None]) -> float:
