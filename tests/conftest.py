@@ -38,7 +38,9 @@ def trained_cell(tiny_games_dir, tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("trained") / "rloo-sparse-s0")
     tracked = config_tracking.track(c)
     run.run(tracked, workdir)
-    return types.SimpleNamespace(workdir=workdir, config=c, tracked=tracked)
+    from tests import golden   # its record now, before any test adds files to the workdir
+    return types.SimpleNamespace(workdir=workdir, config=c, tracked=tracked,
+                                 record=golden.record(workdir))
 
 
 # 8 fake CPU devices run their collectives as threads of one process; on a loaded 2-core machine

@@ -10,7 +10,7 @@ fail the run instead (e.g. `policy.window` with free text): tested below too.
 import pytest
 
 from meowjax.trainers import run
-from tests import config_tracking
+from tests import config_tracking, golden
 
 # config run (smoke) -> the config files whose set fields that run must read. BudgetMix is the
 # fixed-budget config plus `turns.budget_mix`: one run checks both. configs/default.py is checked
@@ -38,6 +38,12 @@ def test_config_honesty_every_set_field_is_read(name, tiny_games_dir, tmp_path):
 def test_config_honesty_study(trained_cell):
     """configs/study.py: its smoke cell is trained once per test run (tests/conftest.py)."""
     config_tracking.assert_honest("study", trained_cell.tracked)
+
+
+@pytest.mark.slow
+def test_golden_record_study_cell(trained_cell):
+    """The smoke study cell reproduces its frozen record game by game (tests/golden.py)."""
+    golden.check(trained_cell.record, "study_cell")
 
 
 def test_config_tracking_sees_unread_fields():

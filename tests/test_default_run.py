@@ -2,6 +2,7 @@
 difficulties, the held-out learning curve (its later points add no compile), the report led by
 RL's paired gain by difficulty, and the seed record written from the run's own files."""
 import json
+import types
 
 import pytest
 
@@ -11,21 +12,35 @@ from meowjax.envs.pool import EnvPool
 from meowjax.eval import seed_summary
 from meowjax.trainers import data, run
 from meowjax.trainers.score_trainer import ScoreTrainer
-from tests import config_tracking
+from tests import config_tracking, golden
 
 
-@pytest.mark.slow
-def test_default_smoke_run_end_to_end(tiny_games_dir, tmp_path):
+@pytest.fixture(scope="module")
+def default_smoke(tiny_games_dir, tmp_path_factory):
+    """configs/default.py at smoke size, trained to the end once for this module."""
     c = default.get_config("smoke=True")
     c.unlock()
     c.games.cache_dir = tiny_games_dir
     c.eval.sampled_games = 1   # the default samples the first 100 of its 200: here 1 of 2
     c.rl.replay_steps = 1      # the default replays 16 demonstration minibatches: here one
     c.lock()
-    workdir = str(tmp_path / "run")
+    workdir = str(tmp_path_factory.mktemp("default") / "run")
     tracked = config_tracking.track(c)
     out = run.run(tracked, workdir)
-    config_tracking.assert_honest("default", tracked)   # every field default.py sets is read
+    return types.SimpleNamespace(config=c, tracked=tracked, workdir=workdir, out=out,
+                                 record=golden.record(workdir))
+
+
+@pytest.mark.slow
+def test_golden_record_default_smoke(default_smoke):
+    """The default smoke run reproduces its frozen record game by game (tests/golden.py)."""
+    golden.check(default_smoke.record, "default_smoke")
+
+
+@pytest.mark.slow
+def test_default_smoke_run_end_to_end(default_smoke):
+    c, workdir, out = default_smoke.config, default_smoke.workdir, default_smoke.out
+    config_tracking.assert_honest("default", default_smoke.tracked)   # every set field is read
     evals = out["evals"]
     for tag in ("start", "final"):
         for split, n in (("eval", 3), ("eval_hard", 2), ("eval_transfer", 2)):

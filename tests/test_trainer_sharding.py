@@ -28,7 +28,7 @@ _SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import PartitionSpec as P
     from configs import default
-    from meowjax.trainers import loop
+    from meowjax.trainers import loop, rl_iteration
     from meowjax.trainers.score_trainer import ScoreTrainer
 
     games_dir, workdir, axes, out_path = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
@@ -84,7 +84,7 @@ _SCRIPT = textwrap.dedent(
     state = t._rl_state(state.params)
     out["fresh_rl_ok"] = all(same(state, want_rl))
     rows = [dict(r) for r in t.sft_rows[:8]]
-    refl, vals, _ = t._old_terms(state, ref, rows)   # no TIS (fp32): None
+    refl, vals, _ = rl_iteration.old_terms(t, state, ref, rows)   # no TIS (fp32): None
     old = refl  # the reference is a copy of the policy here: its log-probs are the policy's
     for k, r in enumerate(rows):
         r.update(old_logp=np.float32(old[k]), adv=np.float32((-1) ** k * (1 + k / 8)),

@@ -63,6 +63,7 @@ def run(c: ml_collections.ConfigDict, folder: str) -> dict[str, Any]:
 
 
 def _train(c, folder: str, fields: dict[str, Any], key: str) -> dict[str, Any]:
+    from meowjax.trainers import schedule
     from meowjax.trainers.registry import trainer_class
     from meowjax.trainers.train_state import SFT
     trainer = trainer_class(c.policy.interface)(c, folder)
@@ -73,7 +74,7 @@ def _train(c, folder: str, fields: dict[str, Any], key: str) -> dict[str, Any]:
                              "shared SFT; delete it or choose another folder.")
         meta.update(sft_key=key, sft_fields=fields)
         with preemption.deferred():
-            state = trainer._sft(state, meta)
+            state = schedule.sft(trainer, state, meta)
             trainer._save(state, state.params, meta)
         if trainer.preempted:
             raise preemption.Preempted(f"SIGTERM during the shared SFT at step "
