@@ -108,9 +108,18 @@ def corridor_task_sets(c) -> dict[str, list[Task]]:
             "eval_hard": [corridor_task(g.eval_split, i, True) for i in range(g.num_eval_hard)]}
 
 
+def corridor_named_sets(c, name: str, num_games, data_root: str = "") -> list[Task]:
+    """``"hard:test"`` / ``"easy:valid"``: that many corridors of a split (default 3)."""
+    level, _, split = name.partition(":")
+    if level not in ("easy", "hard") or split not in SPLIT_SEEDS:
+        raise ValueError(f"corridor game set {name!r} is not <easy|hard>:<split>.")
+    return [corridor_task(split, i, level == "hard") for i in range(num_games or 3)]
+
+
 CORRIDOR = Family(
     name="corridor", env=CorridorEnv, task_sets=corridor_task_sets,
-    difficulty_name=lambda c, hard: "corridor 4-5 rooms" if hard else "corridor 2-3 rooms")
+    difficulty_name=lambda c, hard: "corridor 4-5 rooms" if hard else "corridor 2-3 rooms",
+    named_sets=corridor_named_sets)
 
 
 @pytest.fixture
@@ -156,6 +165,22 @@ def test_defaults_of_a_minimal_record(corridor):
     assert (bare.difficulty_name(c, False), bare.difficulty_name(c, True)) == ("bare", "bare hard")
     assert bare.rl_pool(c) == f"{c.games.num_train} bare training tasks"
     assert bare.system_prompt is None and bare.augment is None and not bare.harder_rl_pool
+
+
+def test_named_game_sets_come_from_the_family_record(corridor):
+    """Evaluation's ``<family>:<set>`` names are parsed by the family (``Family.named_sets``):
+    a family registered outside meowjax gets its own, with no edit to evaluation."""
+    from configs import default
+    from meowjax.trainers import evaluate
+    c = default.get_config("smoke=True")
+    tasks = evaluate.named_tasks(c, "corridor:hard:test", num_games=2)
+    assert tasks == [corridor_task("test", i, True) for i in range(2)]
+    assert len(evaluate.named_tasks(c, "corridor:easy:valid")) == 3
+    with pytest.raises(ValueError, match=r"is not <easy\|hard>:<split>"):
+        evaluate.named_tasks(c, "corridor:medium:test")
+    with pytest.raises(ValueError, match=r"Unknown game set 'swe:tier1'.*\(alfworld, corridor, "
+                                         r"textworld\)"):
+        evaluate.named_tasks(c, "swe:tier1")   # a family without named sets
 
 
 # -- a family defined here, through the pool and through training ---------------------------------

@@ -10,9 +10,9 @@ from meowjax.envs.base import EnvError, Task
 from meowjax.envs.registry import EnvSpec
 from meowjax.envs.textworld_env import (META_FEEDBACK, TextWorldEnv, clean_feedback,
                                         inventory_items, sanitize_action)
-from meowjax.envs.textworld_games import (SPLIT_SEED_RANGES, GameSetSpec, expert_trajectory,
-                                          generate_games, load_game_set, make_one_game,
-                                          split_seeds)
+from meowjax.envs.expert import expert_trajectory
+from meowjax.envs.textworld_games import (SPLIT_SEED_RANGES, GameSetSpec, generate_games,
+                                          load_game_set, make_one_game, split_seeds)
 
 CUSTOM = GameSetSpec(kind="custom", split="test", num_games=2, world_size=2, nb_objects=3,
                      quest_length=4)

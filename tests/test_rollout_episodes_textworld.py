@@ -10,7 +10,8 @@ import pytest
 from meowjax.envs.pool import EnvPool
 from meowjax.envs.registry import EnvSpec
 from meowjax.envs.textworld_env import TextWorldEnv
-from meowjax.envs.textworld_games import GameSetSpec, expert_trajectory, generate_games
+from meowjax.envs.expert import expert_trajectory
+from meowjax.envs.textworld_games import GameSetSpec, generate_games
 from meowjax.rollout import chat, episodes
 from meowjax.rollout.tokenizer import train_bpe_tokenizer
 

@@ -9,11 +9,12 @@ tasks come from ``games.eval_split`` ("test" for reported numbers, "valid" while
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from meowjax.envs import textworld_augment, textworld_games
 from meowjax.envs.base import Task
-from meowjax.envs.registry import Family, common_env_kwargs
+from meowjax.envs.records import Family, common_env_kwargs
 from meowjax.envs.swe.tools import SYSTEM_PROMPT as SWE_SYSTEM_PROMPT
 
 
@@ -79,12 +80,43 @@ def textworld_rl_pool(c: Any) -> str:
     return pool + " training games"
 
 
+_DIFFICULTY = re.compile(r"^w(\d+)-o(\d+)-q(\d+)$")
+
+
+def parse_difficulty(name: str) -> tuple[int, int, int]:
+    """``"w2-o3-q4"`` -> (world_size, nb_objects, quest_length)."""
+    m = _DIFFICULTY.match(name)
+    if not m:
+        raise ValueError(f"TextWorld difficulty {name!r} is not "
+                         "w{world}-o{objects}-q{quest}, e.g. w2-o3-q4.")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def textworld_named_sets(c: Any, name: str, num_games: int | None,
+                         data_root: str = "") -> list[Task]:
+    """``"w4-o6-q8:test"``: custom games of that difficulty and split, generated into
+    ``games.cache_dir`` on first use (``num_games`` None: ``games.num_eval``)."""
+    del data_root   # generated, never read from a release
+    parts = name.split(":")
+    if len(parts) != 2:
+        raise ValueError(f"TextWorld game set {name!r} is not <w-o-q>:<split>, e.g. "
+                         "textworld:w4-o6-q8:test.")
+    w, o, q = parse_difficulty(parts[0])
+    if parts[1] not in textworld_games.SPLIT_SEED_RANGES:
+        raise ValueError(f"split {parts[1]!r} of {name!r}; choose one of "
+                         f"{sorted(textworld_games.SPLIT_SEED_RANGES)}.")
+    g = c.games
+    spec = textworld_games.GameSetSpec(kind="custom", world_size=w, nb_objects=o, quest_length=q,
+                                       split=parts[1], num_games=num_games or g.num_eval)
+    return textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
+
+
 TEXTWORLD = Family(
     name="textworld", env="meowjax.envs.textworld_env:TextWorldEnv",
     env_kwargs=textworld_env_kwargs, task_sets=textworld_task_sets,
     difficulty_name=textworld_difficulty_name, rl_pool=textworld_rl_pool,
     augment=textworld_augment.augment_experts, harder_rl_pool=True,
-    renamer=textworld_augment.task_renamer)
+    renamer=textworld_augment.task_renamer, named_sets=textworld_named_sets)
 
 
 # -- ALFWorld ------------------------------------------------------------------------------------
@@ -117,9 +149,27 @@ def alfworld_task_sets(c: Any) -> dict[str, list[Task]]:
     return out
 
 
+def alfworld_named_sets(c: Any, name: str, num_games: int | None,
+                        data_root: str = "") -> list[Task]:
+    """``"valid_unseen[:pick_and_place_simple,look_at_obj_in_light]"``: the released games of a
+    split under ``data_root`` (the folder holding json_2.1.1/), optionally of some task types."""
+    del c
+    from meowjax.envs.alfworld_env import load_alfworld_tasks
+    parts = name.split(":")
+    if not data_root:
+        raise ValueError(f"alfworld:{name} needs --alfworld_root (the folder holding "
+                         "json_2.1.1/).")
+    if len(parts) > 2:
+        raise ValueError(f"ALFWorld game set {name!r} is not <split>[:<task types>].")
+    types = parts[1].split(",") if len(parts) == 2 and parts[1] else None
+    tasks = load_alfworld_tasks(data_root, parts[0], types)
+    return tasks[:num_games] if num_games else tasks
+
+
 ALFWORLD = Family(
     name="alfworld", env="meowjax.envs.alfworld_env:AlfWorldEnv",
-    task_sets=alfworld_task_sets, difficulty_name=alfworld_difficulty_name)
+    task_sets=alfworld_task_sets, difficulty_name=alfworld_difficulty_name,
+    named_sets=alfworld_named_sets)
 
 
 # -- code repair ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""TextWorld game sets: generation in a process pool, on-disk cache + manifest, expert trajectories.
+"""TextWorld game sets: generation in a process pool, on-disk cache + manifest.
 
 Games are made in-process with textworld's Python API exactly as ``tw-make`` makes them (a
 ``tw-make`` process costs ~4 s of start-up per game), in a ``multiprocessing`` pool ("spawn").
@@ -53,7 +53,6 @@ import tqdm
 
 from meowjax.envs import game_cache
 from meowjax.envs.base import EnvError, Task
-from meowjax.envs.registry import EnvSpec, make_env
 
 KINDS = ("custom", "simple", "coin", "treasure", "cooking")
 SPLIT_SEED_RANGES: dict[str, tuple[int, int]] = {
@@ -366,34 +365,3 @@ def load_game_set(game_dir: str) -> list[Task]:
         raise EnvError(f"Cannot read game-set manifest {path}: {e}. Generate the set with "
                        "python -m experiments.make_games --out=...") from e
     return [_task(spec, e, game_dir) for e in manifest["games"]]
-
-
-# -- expert trajectories -----------------------------------------------------------------------
-def expert_trajectory(env_or_spec, task: Task, max_turns: int) -> dict[str, Any]:
-    """Replays the game's walkthrough through an env, recording what an agent would see.
-
-    Returns ``dict(observations=[o_0, ..., o_T], actions=[a_1..a_T], rewards=[r_1..r_T],
-    won=bool, objective=str)``: ``observations[0]`` is the reset observation and
-    ``observations[t]`` follows ``actions[t-1]``. Stops at ``max_turns`` or when done.
-    ``env_or_spec``: a TextEnv (reused, not closed) or an EnvSpec (built and closed here).
-    """
-    env = make_env(env_or_spec) if isinstance(env_or_spec, EnvSpec) else env_or_spec
-    try:
-        first = env.reset(task, max_turns)
-        if not first.walkthrough:
-            raise EnvError(f"Game {task.path} has no walkthrough; regenerate it with "
-                           "experiments/make_games.py (textworld records one per game).")
-        observations, actions, rewards, won = [first.observation], [], [], False
-        for action in first.walkthrough[:max_turns]:
-            result = env.step(action)
-            observations.append(result.observation)
-            actions.append(action)
-            rewards.append(result.reward)
-            won = result.won
-            if result.done:
-                break
-        return {"observations": observations, "actions": actions, "rewards": rewards,
-                "won": won, "objective": first.objective}
-    finally:
-        if isinstance(env_or_spec, EnvSpec):
-            env.close()

@@ -33,6 +33,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from meowjax.envs import registry
 from meowjax.envs.base import Task
 from meowjax.envs.pool import EnvPool
 from meowjax.eval import outcomes, passk, report
@@ -43,20 +44,9 @@ from meowjax.trainers import data
 from meowjax.trainers.registry import trainer_class
 
 MODES = passk.MODES
-_DIFFICULTY = re.compile(r"^w(\d+)-o(\d+)-q(\d+)$")
 
 
 # -- what to evaluate ----------------------------------------------------------------------------
-def parse_difficulty(name: str) -> tuple[int, int, int]:
-    """``"w2-o3-q4"`` -> (world_size, nb_objects, quest_length)."""
-    m = _DIFFICULTY.match(name)
-    if not m:
-        raise ValueError(f"TextWorld difficulty {name!r} is not "
-                         "w{world}-o{objects}-q{quest}, "
-                         "e.g. w2-o3-q4.")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3))
-
-
 def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None = None,
                 alfworld_root: str = "") -> list[Task]:
     """Tasks of a named game set.
@@ -64,36 +54,27 @@ def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None =
     Names:
       ``eval`` / ``eval_hard``: the config's held-out sets (training difficulty / harder), for
         every env family (``trainers.data.game_sets``);
-      ``textworld:w4-o6-q8:test``: custom TextWorld games of that difficulty and split (generated
-        into ``games.cache_dir`` on first use; splits train | sft | valid | test);
-      ``alfworld:valid_unseen[:pick_and_place_simple,look_at_obj_in_light]``: ALFWorld games of a
-        split under ``alfworld_root``, optionally only some task types.
+      ``<family>:<set>``: a set the family's record names (``Family.named_sets``), e.g.
+        ``textworld:w4-o6-q8:test`` (custom TextWorld games of that difficulty and split,
+        generated into ``games.cache_dir`` on first use) or
+        ``alfworld:valid_unseen[:pick_and_place_simple,look_at_obj_in_light]`` (released ALFWorld
+        games of a split under ``alfworld_root``, optionally of some task types).
     ``num_games`` caps the number of games (None: the config's count / all).
     """
-    from meowjax.envs import textworld_games
-    g = c.games
-    parts = name.split(":")
     if name in ("eval", "eval_hard"):          # any family: the trainer's own held-out sets
         tasks = data.game_sets(c)[name]
         return tasks[:num_games] if num_games else tasks
-    if parts[0] == "textworld" and len(parts) == 3:
-        w, o, q = parse_difficulty(parts[1])
-        if parts[2] not in textworld_games.SPLIT_SEED_RANGES:
-            raise ValueError(f"split {parts[2]!r} of {name!r}; choose one of "
-                             f"{sorted(textworld_games.SPLIT_SEED_RANGES)}.")
-        spec = textworld_games.GameSetSpec(kind="custom", world_size=w, nb_objects=o,
-                                           quest_length=q, split=parts[2],
-                                           num_games=num_games or g.num_eval)
-        return textworld_games.generate_games(spec, g.cache_dir, workers=g.gen_workers)
-    if parts[0] == "alfworld" and len(parts) in (2, 3):
-        from meowjax.envs.alfworld_env import load_alfworld_tasks
-        if not alfworld_root:
-            raise ValueError(f"{name!r} needs --alfworld_root (the folder holding json_2.1.1/).")
-        types = parts[2].split(",") if len(parts) == 3 and parts[2] else None
-        tasks = load_alfworld_tasks(alfworld_root, parts[1], types)
-        return tasks[:num_games] if num_games else tasks
-    raise ValueError(f"Unknown game set {name!r}; use eval | eval_hard | "
-                     "textworld:<w-o-q>:<split> | alfworld:<split>[:<task types>].")
+    family_name, _, rest = name.partition(":")
+    try:
+        family = registry.get_family(family_name)
+    except registry.UnknownFamilyError:
+        family = None
+    if family is None or family.named_sets is None or not rest:
+        named = [f for f in registry.family_names() if registry.get_family(f).named_sets]
+        raise ValueError(f"Unknown game set {name!r}; use eval | eval_hard | <family>:<set> of "
+                         f"a family with named sets ({', '.join(named)}), e.g. "
+                         "textworld:<w-o-q>:<split> | alfworld:<split>[:<task types>].")
+    return family.named_sets(c, rest, num_games, alfworld_root)
 
 
 # -- the agent -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ wall-clock limit. Why these choices:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -53,6 +54,20 @@ FIX = ("Fix: allow unprivileged user namespaces (e.g. "
        "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or "
        "run inside a container/VM that allows them; or, for trusted code only, set "
        "env.sandbox='best_effort' (SweEnv(sandbox='best_effort')).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Resource limits for one test run (seconds, MiB, bytes), in either mode of
+    ``sandbox.run_tests``."""
+
+    timeout_s: float = 10.0
+    memory_mb: int = 1024           # per process (RLIMIT_AS)
+    file_size_mb: int = 16          # per file, and the output (RLIMIT_FSIZE)
+    output_bytes: int = 200_000
+    processes: int = 64             # processes and threads together (namespaces mode)
+    workspace_mb: int = 256         # workspace + /tmp tmpfs (namespaces mode)
+
 
 
 class SandboxUnavailable(RuntimeError):
@@ -138,7 +153,7 @@ def run(repo_dir: str | os.PathLike, argv: list[str], env: dict[str, str], limit
         files: dict[str, str] | None = None) -> tuple[int, bool]:
     """Runs ``argv`` in ``/workspace`` (a copy of ``repo_dir``) inside fresh namespaces.
 
-    limits: a ``sandbox.Limits``; out: the file that receives stdout and stderr; files: extra
+    limits: a :class:`Limits`; out: the file that receives stdout and stderr; files: extra
     files (inside path -> text) written into the root (the command's own copies). Returns
     (returncode, timed_out); returncode is the command's (negative: killed by that signal), or
     unshare's when the sandbox was killed at the time limit. Raises SandboxUnavailable when the
@@ -228,12 +243,11 @@ _AVAILABLE: dict[str, str | None] = {}
 
 def check_available() -> None:
     """Raises SandboxUnavailable unless an isolated run works here (tried once per process)."""
-    from meowjax.envs.swe import sandbox  # the Limits record; sandbox imports this module
     if "error" not in _AVAILABLE:
         try:
             with tempfile.TemporaryDirectory() as repo, \
                     tempfile.TemporaryFile() as out:
-                limits = sandbox.Limits(timeout_s=60.0)
+                limits = Limits(timeout_s=60.0)
                 code, timed_out = run(repo, [sys.executable, "-I", "-c", "pass"], {}, limits, out)
                 if code != 0 or timed_out:
                     raise SandboxUnavailable(f"a trial run in the sandbox failed (exit status "

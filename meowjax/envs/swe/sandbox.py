@@ -55,7 +55,7 @@ import tempfile
 import time
 
 from meowjax.envs.swe import isolation as isolation_lib
-from meowjax.envs.swe.isolation import SandboxUnavailable  # noqa: F401 - part of this API
+from meowjax.envs.swe.isolation import Limits, SandboxUnavailable  # noqa: F401 - part of this API
 
 RUNNER = str(pathlib.Path(__file__).with_name("runner.py"))
 IGNORED = shutil.ignore_patterns("__pycache__", ".git", "*.pyc")
@@ -84,18 +84,6 @@ _RESULT_RE = re.compile(r"^(PASSED|FAILED|ERROR) (\S+)(?: - (.*))?$")
 
 class SandboxError(ValueError):
     """A refused action (path outside the sandbox, symlink, missing file); shown to the agent."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """Resource limits for one test run (seconds, MiB, bytes)."""
-
-    timeout_s: float = 10.0
-    memory_mb: int = 1024           # per process (RLIMIT_AS)
-    file_size_mb: int = 16          # per file, and the output (RLIMIT_FSIZE)
-    output_bytes: int = 200_000
-    processes: int = 64             # processes and threads together (namespaces mode)
-    workspace_mb: int = 256         # workspace + /tmp tmpfs (namespaces mode)
 
 
 @dataclasses.dataclass(frozen=True)
