@@ -8,9 +8,8 @@ docs/results/<study>/ and the document docs/results.md. One cell alone:
     python -m experiments.studies --study=algos --plan     # cells, CPU time, detectable effect
     python -m experiments.train --config=configs/study.py:smoke=True --workdir=/tmp/cell
 
-Study scale = the default run's RL phase, where RL moves held-out success (before
-demonstration replay, five test seeds: +0.099 at the RL difficulty, every interval above zero;
-docs/results/default/summary.json): its SFT (240 base-difficulty demonstrations), its 20 RL
+Study scale = the default run's RL phase, where RL moves held-out success (five test seeds:
++0.131 at the RL difficulty, every interval above zero; docs/results/default/summary.json): its SFT (240 base-difficulty demonstrations), its 20 RL
 iterations on a stream of 160 distinct games, three quarters of them of the harder w3-o5-q6,
 its schedule (turn cost, dynamic sampling, constant lr, KL anchor, demonstration replay) and
 its learning curve. What differs: 200 held-out test
