@@ -159,12 +159,17 @@ def test_studies_plan_on_the_real_definitions():
     from experiments import studies
     assert {"algos", "budget", "sft_share"} <= set(studies.STUDIES)
     text = studies.plan(sorted(studies.STUDIES))
-    # SDs of the default run's five test seeds at the RL difficulty: 5 seeds x 200 games at a
-    # per-game SD s -> (2.776 + 0.941) * s / sqrt(200) / sqrt(5) with no between-seed spread.
+    # SDs of the default run's five test seeds at the RL difficulty: a per-game SD s and the
+    # seeds' spread of the gain beyond the games' share, b^2 = max(0, var(gains) - s^2 / 200);
+    # 5 seeds x 200 games -> (2.776 + 0.941) * sqrt(b^2 + s^2 / 200) / sqrt(5).
     rec = json.load(open(studies.runner.SUMMARY))
     sd = rec["mean_gain"]["rl_difficulty"]["game_sd"]
-    assert f"per game {sd:.3f}" in text
-    assert f"{3.7174 * sd / math.sqrt(200) / math.sqrt(5):.3f} (5 seeds x 200 games)" in text
+    gains = [s["rl_difficulty"]["gain"] for s in rec["seeds"]]
+    mean = sum(gains) / len(gains)
+    b2 = max(0.0, sum((g - mean) ** 2 for g in gains) / (len(gains) - 1) - sd ** 2 / 200)
+    assert f"per game {sd:.3f}, between seeds {math.sqrt(b2):.3f}" in text
+    mde = 3.7174 * math.sqrt(b2 + sd ** 2 / 200) / math.sqrt(5)
+    assert f"{mde:.3f} (5 seeds x 200 games)" in text
     assert "algos: Q1" in text and f"{len(studies.STUDIES['algos'].comparisons)} comparisons" in text
 
 
