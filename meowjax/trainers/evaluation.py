@@ -19,8 +19,8 @@ from meowjax.eval import outcomes, passk, traces
 from meowjax.rollout import trajectory
 from meowjax.runtime import console, multihost
 from meowjax.trainers import data
+from meowjax.trainers.rng import EVAL_RNG
 
-EVAL_RNG = 9  # host randomness of evaluations: default_rng([seed, EVAL_RNG, ...])
 
 
 def sampled_tasks(tasks: Sequence[Any], num: int) -> list[Any]:

@@ -40,7 +40,7 @@ from meowjax.runtime import checkpoint, metrics_log, multihost, placement
 from meowjax.runtime.preemption import Preempted  # noqa: F401  (what a stopped run raises)
 from meowjax.trainers import data, optim, replay, returns, rl_iteration, schedule, steps
 from meowjax.trainers.evaluation import Evaluation, sampled_tasks
-from meowjax.trainers.rl_iteration import AUGMENT_RNG, host_rng
+from meowjax.trainers.rng import AUGMENT_RNG, host_rng
 from meowjax.trainers.train_state import RL, SFT, TrainerState
 
 class AgentTrainer(Evaluation, TrainerState, abc.ABC):

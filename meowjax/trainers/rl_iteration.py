@@ -13,8 +13,8 @@
                  optimizer (trainers.replay).
 
 Every function takes the trainer ``tr`` (the interface's hooks and the jitted steps it built)
-and the state explicitly. Host randomness is ``host_rng(seed, phase, iteration)``, so a resumed
-run replays what an uninterrupted run does.
+and the state explicitly. Host randomness is ``trainers.rng.host_rng(seed, stream,
+iteration)``, so a resumed run replays what an uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -30,14 +30,7 @@ from meowjax.rl import estimators
 from meowjax.rollout import buckets, trajectory
 from meowjax.runtime import host_memory, multihost, preemption
 from meowjax.trainers import data, dynamic_sampling, greedy_baseline, replay, returns, steps
-
-SFT_RNG, COLLECT_RNG, SHUFFLE_RNG, AUGMENT_RNG, RENAME_RNG, REPLAY_RNG = 1, 2, 3, 7, 12, 13
-# EVAL_RNG = 9
-
-
-def host_rng(seed: int, *keys: int) -> np.random.Generator:
-    return np.random.default_rng([seed, *keys])
-
+from meowjax.trainers.rng import COLLECT_RNG, RENAME_RNG, REPLAY_RNG, SHUFFLE_RNG, host_rng
 
 @dataclasses.dataclass
 class Collected:
