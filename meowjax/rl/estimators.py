@@ -42,7 +42,11 @@ class EstimatorInputs(NamedTuple):
     (None = zeros) so that a tuple built without it keeps working. `baseline_B`: a given
     baseline return per row (ReMax: the return of its task's greedy episode, played by the
     trainer when an estimator needs it); optional in the same way. `won_B`: 1 where the row's
-    episode won the game (its outcome, whatever the reward), 0 elsewhere; optional too."""
+    episode won the game (its outcome, whatever the reward), 0 elsewhere; optional too.
+    `extra`: inputs beyond these fields, by name, for estimators that name them in `needs`
+    (`EXTRA_SUFFIXES`: `<name>_B`, one value per row, or `<name>_BL`, one per unit); the trainer
+    computes each from the iteration's episodes with the provider registered under its name
+    (`meowjax.trainers.estimator_inputs`), so a new input needs no edit here or in the loop."""
 
     rewards_BL: chex.Array
     mask_BL: chex.Array
@@ -54,22 +58,43 @@ class EstimatorInputs(NamedTuple):
     bootstrap_B: chex.Array | None = None
     baseline_B: chex.Array | None = None
     won_B: chex.Array | None = None
+    extra: Mapping[str, chex.Array] | None = None
+
+
+# The named fields; `extra` holds the rest. An extra input's name ends in one of
+# `EXTRA_SUFFIXES`, which says its shape.
+CORE_FIELDS: Final[tuple[str, ...]] = tuple(f for f in EstimatorInputs._fields if f != "extra")
+EXTRA_SUFFIXES: Final[tuple[str, ...]] = ("_B", "_BL")
+
+
+def extra_needs(needs: tuple[str, ...]) -> tuple[str, ...]:
+    """The names in `needs` that are not fields of `EstimatorInputs` (read from `extra`)."""
+    return tuple(n for n in needs if n not in CORE_FIELDS)
 
 
 _INT_FIELDS: Final[frozenset[str]] = frozenset({"group_ids_B", "state_key_BL"})
 
 
 def make_inputs(
-    rewards_BL: chex.Array, mask_BL: chex.Array, row_weight_B: chex.Array, **fields: chex.Array
+    rewards_BL: chex.Array, mask_BL: chex.Array, row_weight_B: chex.Array, *,
+    extra: Mapping[str, chex.Array] | None = None, **fields: chex.Array
 ) -> EstimatorInputs:
     """`EstimatorInputs` with zeros (host numpy; int32 for ids and keys, float32 otherwise) for
-    the fields not given."""
+    the fields not given; `extra` (by name) is checked against its name's shape: `_B` -> [B],
+    `_BL` -> [B, L]."""
     batch, length = np.shape(mask_BL)
-    for f in EstimatorInputs._fields[3:]:
+    for name, x in (extra or {}).items():
+        want = (batch,) if name.endswith("_B") else (batch, length)
+        if not name.endswith(EXTRA_SUFFIXES) or np.shape(x) != want:
+            raise ValueError(f"extra estimator input {name!r} has shape {np.shape(x)}; an input "
+                             f"named <name>_B holds one value per row {(batch,)}, <name>_BL "
+                             f"one per unit {(batch, length)}.")
+    for f in CORE_FIELDS[3:]:
         if fields.get(f) is None:
             shape = (batch,) if f.endswith("_B") else (batch, length)
             fields[f] = np.zeros(shape, np.int32 if f in _INT_FIELDS else np.float32)
-    return EstimatorInputs(rewards_BL, mask_BL, row_weight_B, **fields)
+    return EstimatorInputs(rewards_BL, mask_BL, row_weight_B, **fields,
+                           extra=dict(extra) if extra else None)
 
 
 class HParams(Mapping[str, Any]):
@@ -111,7 +136,10 @@ class EstimatorSpec:
       fn: `fn(inputs, hp) -> (advantages_BL, returns_BL)`; `hp` holds `gamma`, `lam` and the
         fields of `defaults` (see `estimator_hparams`).
       needs_critic: whether it reads `values_BL` (the trainer then trains a value head).
-      needs: the `EstimatorInputs` fields it reads beyond rewards, mask and row weights.
+      needs: the `EstimatorInputs` fields it reads beyond rewards, mask and row weights, and
+        the names of the extra inputs it reads from `inputs.extra` (`<name>_B` / `<name>_BL`;
+        each computed by the provider registered under that name in
+        `meowjax.trainers.estimator_inputs`).
       level: "token" (per-token advantages), "turn" (one per turn, broadcast to its tokens) or
         "episode" (one per row, broadcast).
       description: one line for help texts.
@@ -129,10 +157,11 @@ class EstimatorSpec:
     def __post_init__(self):
         object.__setattr__(self, "needs", tuple(self.needs))
         object.__setattr__(self, "defaults", HParams(self.defaults))
-        unknown = sorted(set(self.needs) - set(EstimatorInputs._fields))
+        unknown = sorted(n for n in extra_needs(self.needs) if not n.endswith(EXTRA_SUFFIXES))
         if unknown:
             raise ValueError(f"Estimator {self.name!r} needs unknown inputs {unknown}; "
-                             f"EstimatorInputs has {list(EstimatorInputs._fields)}.")
+                             f"EstimatorInputs has {list(CORE_FIELDS)}, and an extra input's "
+                             "name ends in _B (one value per row) or _BL (one per unit).")
         if self.needs_critic != ("values_BL" in self.needs):
             raise ValueError(f"Estimator {self.name!r}: needs_critic must equal whether "
                              "'values_BL' is in needs.")
@@ -191,10 +220,13 @@ def compute_advantages(
     """
     spec = validate_estimator(name)
     needed = ("rewards_BL", "mask_BL", "row_weight_B", *spec.needs)
-    missing = [f for f in needed if getattr(inputs, f) is None]
+    extra = inputs.extra or {}
+    missing = [f for f in needed if (f not in extra if f not in CORE_FIELDS
+                                     else getattr(inputs, f) is None)]
     if missing:
         raise ValueError(f"Estimator {name!r} needs {missing} in EstimatorInputs; pass arrays "
-                         f"(needs: {list(spec.needs)}; zeros elsewhere, see make_inputs).")
+                         f"(needs: {list(spec.needs)}; zeros elsewhere, see make_inputs; extra "
+                         "inputs go in `extra`).")
     expected = {*SHARED_HPARAMS, *spec.defaults}
     if set(hp) != expected:
         raise ValueError(f"hp for estimator {name!r} has keys {sorted(hp)}, expected "

@@ -38,7 +38,8 @@ from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
 from meowjax.runtime import checkpoint, metrics_log, multihost, placement
 from meowjax.runtime.preemption import Preempted  # noqa: F401  (what a stopped run raises)
-from meowjax.trainers import data, optim, replay, returns, rl_iteration, schedule, steps
+from meowjax.trainers import (data, estimator_inputs, optim, replay, returns, rl_iteration,
+                              schedule, steps)
 from meowjax.trainers.evaluation import Evaluation, sampled_tasks
 from meowjax.trainers.rng import AUGMENT_RNG, host_rng
 from meowjax.trainers.train_state import RL, SFT, TrainerState
@@ -67,6 +68,10 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             logging.warning("%s", note)
         os.makedirs(workdir, exist_ok=True)
         self.spec = estimators.validate_estimator(c.rl.estimator)
+        # Extra inputs the estimator reads, each from its registered provider (fails now).
+        self.extra_inputs = estimators.extra_needs(self.spec.needs)
+        if training:
+            estimator_inputs.check_provided(self.spec)
         self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
                                                section=c.rl.get(c.rl.estimator))
         self.objective = objective.ObjectiveConfig.from_section(c.rl)

@@ -6,7 +6,9 @@
     old terms    per update row: reference log-probs (a KL term), old values (a critic), the
                  trainer's own log pi_old (TIS), computed in the update's chunk shapes;
     advantages   the [E, X] matrices (X = turns or tokens) through the estimator registry:
-                 A, R = estimator(rewards - turn_cost, mask, values, ...) (rl.estimators);
+                 A, R = estimator(rewards - turn_cost, mask, values, ...) (rl.estimators),
+                 with any extra inputs it names from their providers
+                 (trainers.estimator_inputs);
     update       rl.epochs over length-grouped minibatches of fixed shape, one jitted step each
                  (the policy objective, or the critic alone during critic warm-up);
     replay       rl.replay_steps SFT steps on demonstration minibatches through the RL
@@ -29,7 +31,8 @@ import numpy as np
 from meowjax.rl import estimators
 from meowjax.rollout import buckets, trajectory
 from meowjax.runtime import host_memory, multihost, preemption
-from meowjax.trainers import data, dynamic_sampling, greedy_baseline, replay, returns, steps
+from meowjax.trainers import (data, dynamic_sampling, estimator_inputs, greedy_baseline, replay,
+                              returns, steps)
 from meowjax.trainers.rng import COLLECT_RNG, RENAME_RNG, REPLAY_RNG, SHUFFLE_RNG, host_rng
 
 @dataclasses.dataclass
@@ -119,6 +122,10 @@ def advantages(tr, col: Collected, rows, refl, vals) -> None:
     (``adv``, ``ret``; ``loss_norm`` with rl.loss_norm="iteration")."""
     c, eps = tr.c, col.eps
     rewards, mask, turn_end, keys = tr.matrices(eps, rows)
+    # Inputs beyond the built-in ones, from the providers the estimator names (none built in).
+    extra = estimator_inputs.provide(tr.spec, estimator_inputs.EpisodeBatch(
+        eps, rows, rewards, mask, turn_end, col.greedy, c,
+        lambda per_row: tr.layout(eps, rows, per_row))) if tr.extra_inputs else None
     rewards = returns.with_turn_cost(rewards, mask, turn_end, c.rl.turn_cost)
     fold_kl = tr.objective if tr.needs_ref and not c.rl.kl_in_loss else None
     # Host arrays: `steps.advantages` takes them as they are (no per-shape eager converts).
@@ -135,7 +142,7 @@ def advantages(tr, col: Collected, rows, refl, vals) -> None:
         won_B=np.asarray([e.won for e in eps], np.float32),
         baseline_B=(greedy_baseline.baseline_returns(col.greedy, eps, gamma=c.rl.gamma,
                                                      turn_cost=c.rl.turn_cost)
-                    if tr.needs_greedy else None))
+                    if tr.needs_greedy else None), extra=extra)
     adv, ret = jax.device_get(steps.advantages(
         inputs, logp, ref_logp, name=tr.spec.name, hp=tr.hp, fold_kl=fold_kl,
         whiten=c.rl.whiten_advantages))
