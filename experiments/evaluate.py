@@ -21,7 +21,7 @@ from ml_collections import config_flags
 
 from meowjax.runtime import console, host_memory, xla_cache
 
-from meowjax.trainers import evaluate
+from meowjax.eval import evaluate
 
 def define_flags() -> None:
     """The command-line flags (only when run as a script, so importing this module is free)."""
@@ -55,15 +55,15 @@ def main(argv):
     xla_cache.enable(F.compile_cache)
     c = F.config
     if F.hf_path or F.smollm2:
-        agent = evaluate.load_imported_agent(c, F.workdir, hf_path=F.hf_path, smollm2=F.smollm2)
+        policy = evaluate.load_imported_policy(c, F.workdir, hf_path=F.hf_path, smollm2=F.smollm2)
     else:
-        agent = evaluate.load_agent(c, F.workdir)
-    tasks = evaluate.named_tasks(agent.trainer.c, F.split, F.num_games or None, F.alfworld_root)
-    result = evaluate.evaluate_agent(agent, tasks, ks=[int(k) for k in F.ks],
+        policy = evaluate.load_policy(c, F.workdir)
+    tasks = evaluate.named_tasks(policy.agent.c, F.split, F.num_games or None, F.alfworld_root)
+    result = evaluate.evaluate_policy(policy, tasks, ks=[int(k) for k in F.ks],
                                      ts=[int(t) for t in F.ts], samples=F.samples, mode=F.mode,
                                      name=F.split, seed=F.seed)
     path = evaluate.write_eval_report(
-        result, os.path.join(F.workdir, evaluate.out_dir_name(F.split)), step=agent.step)
+        result, os.path.join(F.workdir, evaluate.out_dir_name(F.split)), step=policy.step)
     with open(path, encoding="utf-8") as f:
         print(f.read())
     logging.info("Report written to %s", path)

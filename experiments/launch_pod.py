@@ -130,14 +130,14 @@ def run_eval(c, workdir: str, split: str) -> dict[str, Any]:
     """The whole game set evaluated across the pod: each process plays its block of the games on
     its own devices and the episodes are gathered (``AgentTrainer.play_tasks``), so every
     process holds the pod-wide result; process 0 writes the report."""
-    from meowjax.trainers import evaluate
+    from meowjax.eval import evaluate
     if c.model.init == "scratch":
-        agent = evaluate.load_agent(c, workdir)
+        policy = evaluate.load_policy(c, workdir)
     else:
-        agent = evaluate.load_imported_agent(c, workdir, hf_path=c.model.hf_path,
+        policy = evaluate.load_imported_policy(c, workdir, hf_path=c.model.hf_path,
                                              smollm2=c.model.init == "smollm2")
-    tasks = evaluate.named_tasks(agent.trainer.c, split)
-    result = evaluate.evaluate_agent(agent, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
+    tasks = evaluate.named_tasks(policy.agent.c, split)
+    result = evaluate.evaluate_policy(policy, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
                                      samples=c.eval.num_samples, name=split, seed=c.seed)
     out_dir = os.path.join(workdir, evaluate.out_dir_name(split))
     if jax.process_index() == 0:

@@ -44,7 +44,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from configs import default, textworld_fixed_budget
-from meowjax.trainers import evaluate
+from meowjax.eval import evaluate
 from meowjax.trainers import data, run
 
 logging.set_verbosity(logging.WARNING)
@@ -105,9 +105,9 @@ fig  # displayed in Jupyter/Colab
 # read from the turn of the win (valid: the prompt never states the budget).
 
 # %%
-agent = evaluate.load_agent(c, WORKDIR)
+policy = evaluate.load_policy(c, WORKDIR)
 tasks = evaluate.named_tasks(c, "eval")
-result = evaluate.evaluate_agent(agent, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
+result = evaluate.evaluate_policy(policy, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
                                  samples=c.eval.num_samples, mode="single_run", name="eval")
 report_path = evaluate.write_eval_report(result, os.path.join(WORKDIR, "eval_eval"))
 res = result.pass_kt

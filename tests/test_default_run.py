@@ -8,10 +8,10 @@ import pytest
 
 from benchmarks.rollout import CompileCounter
 from configs import default
+from meowjax.agents.score import ScoreAgent
 from meowjax.envs.pool import EnvPool
-from meowjax.eval import seed_summary
+from meowjax.eval import held_out, seed_summary
 from meowjax.trainers import data, run
-from meowjax.trainers.score_trainer import ScoreTrainer
 from tests import config_tracking, golden
 
 
@@ -80,14 +80,14 @@ def test_default_smoke_run_end_to_end(default_smoke):
 
     # A fresh agent from the run's checkpoint (new jitted programs): the first curve point
     # compiles, later points with other weights add no compile, and the points replay the run's.
-    agent = ScoreTrainer(c, workdir, training=False)
-    agent.sets = {"curve": data.game_sets(c)["curve"]}
-    final_params, _ = agent.restore_policy()
+    agent = ScoreAgent(c, workdir)
+    curve_games = data.game_sets(c)["curve"]
+    final_params, _ = agent.restore_params()
     with EnvPool(data.env_spec(c, admissible=True), num_workers=1) as pool:
         with CompileCounter() as first_call:
-            start_point = agent.curve_point(out["ref"], pool, 0)
+            start_point = held_out.curve_point(agent, out["ref"], pool, curve_games, c, 0)
         with CompileCounter() as later:
-            final_point = agent.curve_point(final_params, pool, 5)
+            final_point = held_out.curve_point(agent, final_params, pool, curve_games, c, 5)
     assert sum(first_call.by_fn.values()) > 0
     assert sum(later.by_fn.values()) == 0, later.by_fn
     assert start_point == curve[0] and final_point == curve[-1]

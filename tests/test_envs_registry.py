@@ -171,7 +171,7 @@ def test_named_game_sets_come_from_the_family_record(corridor):
     """Evaluation's ``<family>:<set>`` names are parsed by the family (``Family.named_sets``):
     a family registered outside meowjax gets its own, with no edit to evaluation."""
     from configs import default
-    from meowjax.trainers import evaluate
+    from meowjax.eval import evaluate
     c = default.get_config("smoke=True")
     tasks = evaluate.named_tasks(c, "corridor:hard:test", num_games=2)
     assert tasks == [corridor_task("test", i, True) for i in range(2)]

@@ -12,7 +12,9 @@ from configs import study
 from meowjax.envs.textworld_env import TextWorldEnv
 from meowjax.eval import passk, stats
 from meowjax.rollout import trajectory
-from meowjax.trainers import evaluate, loop
+from meowjax.agents.base import Agent, Player
+from meowjax.eval import evaluate
+from meowjax.trainers.loop import AgentTrainer
 
 CELL = "estimator=rloo,reward=sparse,sft_share=0.5,seed=0,smoke=True"
 
@@ -33,17 +35,18 @@ def trained(trained_cell):
 
 @pytest.mark.slow
 def test_one_evaluation_path_trainer_and_evaluate_agree_game_by_game(trained, tiny_games_dir):
-    """The trainer's final evaluation and trainers.evaluate (the evaluate CLI's path) on the
+    """The trainer's final evaluation and eval.evaluate (the evaluate CLI's path) on the
     same checkpoint and seed play the same episodes: identical greedy per-game outcomes and an
     identical sampled Pass@(K,T) table."""
     c = cell_config(tiny_games_dir)
     final = json.load(open(os.path.join(trained, "evals.json")))["final"]
-    agent = evaluate.load_agent(c, trained)
-    assert agent.trainer.training is False and not agent.trainer.sets  # no training data built
+    policy = evaluate.load_policy(c, trained)
+    # an agent alone: no trainer, so no training data built
+    assert isinstance(policy.agent, Agent) and not isinstance(policy.agent, AgentTrainer)
     tasks = evaluate.named_tasks(c, "eval")
     ts = tuple(c.eval.pass_ts)
     assert max(ts) == c.turns.eval_max_turns
-    r = evaluate.evaluate_agent(agent, tasks, ks=c.eval.pass_ks, ts=ts,
+    r = evaluate.evaluate_policy(policy, tasks, ks=c.eval.pass_ks, ts=ts,
                                 samples=c.eval.num_samples, mode="single_run", seed=c.seed)
     assert r.greedy["per_game"] == final["eval"]["per_game"]
     np.testing.assert_array_equal(r.pass_kt.mean_KT, np.asarray(final["pass_at_k_t"]["mean"]))
@@ -135,15 +138,13 @@ def test_run_report_gives_the_time_of_each_phase(trained):
 
 
 # -- a scripted expert agent: exact numbers -------------------------------------------------------
-class ScriptedTrainer:
+class ScriptedAgent(Player):
     """Plays the walkthrough, with j useless 'inventory' actions first in the j-th sample; the
-    trainer's own evaluation player (``play_tasks``) drives it."""
+    agents' own evaluation player (``Player.play_tasks``) drives it."""
 
     needs_admissible = False
     batch_rows = 8
     eval_temperature = 1.0
-    play_tasks = loop.AgentTrainer.play_tasks
-    play_share = loop.AgentTrainer.play_share
     rollout_mesh = None   # one process: the params are used as they are
 
     def __init__(self, c):
@@ -175,7 +176,7 @@ def test_scripted_expert_gives_exact_pass_at_k_t_in_both_modes(tiny_games_dir):
     c.unlock()
     c.env.num_workers = 0
     tasks = evaluate.named_tasks(c, "eval")
-    agent = evaluate.Agent(ScriptedTrainer(c), None, "scripted expert")
+    policy = evaluate.Policy(ScriptedAgent(c), None, "scripted expert")
     env = TextWorldEnv()
     lengths = {t.task_id: len(env.reset(t, 10).walkthrough) for t in tasks}
     env.close()
@@ -189,7 +190,7 @@ def test_scripted_expert_gives_exact_pass_at_k_t_in_both_modes(tiny_games_dir):
                 want[a, b] += (1 - math.comb(n - c_, k) / math.comb(n, k)) / len(lengths)
     results = {}
     for mode in ("single_run", "per_budget"):
-        r = evaluate.evaluate_agent(agent, tasks, ks=ks, ts=ts, samples=n, mode=mode, name="eval")
+        r = evaluate.evaluate_policy(policy, tasks, ks=ks, ts=ts, samples=n, mode=mode, name="eval")
         np.testing.assert_allclose(r.pass_kt.mean_KT, want, atol=1e-12)
         assert r.pass_kt.mode == mode and r.greedy["success"] == 1.0
         results[mode] = r
@@ -202,7 +203,7 @@ def test_scripted_expert_gives_exact_pass_at_k_t_in_both_modes(tiny_games_dir):
     assert d["episodes_with_no_progress"] == len(tasks) * (n - 1)
     np.testing.assert_allclose(d["success_by_turn"][np.asarray(ts) - 1], want[0])
     with pytest.raises(ValueError, match="samples=1 < max"):
-        evaluate.evaluate_agent(agent, tasks, ks=(1, 2), ts=(2,), samples=1)
+        evaluate.evaluate_policy(policy, tasks, ks=(1, 2), ts=(2,), samples=1)
     with pytest.raises(ValueError, match="w{world}"):
         evaluate.named_tasks(c, "textworld:w2o3q4:test")
     with pytest.raises(ValueError, match="Unknown game set"):

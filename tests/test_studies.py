@@ -249,17 +249,20 @@ def test_studies_learning_curve_takes_the_trainers_points_and_each_iteration_onc
 
 def _ref_params(c, workdir, training=False):
     """The params RL started from (the checkpoint's ``ref``) of the run in ``workdir``, restored
-    as an evaluation (or, ``training``, as the training run that resumes there)."""
+    as an evaluation (an agent alone) or, ``training``, as the training run that resumes there."""
     import jax
+    if not training:
+        from meowjax.agents.registry import agent_class
+        ref, meta = agent_class(c.policy.interface)(c, workdir).restore_params(ref=True)
+        return jax.device_get(ref), meta
     from meowjax.trainers.registry import trainer_class
-    trainer = trainer_class(c.policy.interface)(c, workdir, training=training)
+    trainer = trainer_class(c.policy.interface)(c, workdir)
     try:
         _, ref, meta = trainer.restore_state()
         return jax.device_get(ref), meta
     finally:
         trainer.ckpt.close()
-        if training:
-            trainer.writer.close()
+        trainer.writer.close()
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ the held-out games), env specs, names, system prompt and augmentation."""
 import numpy as np
 import pytest
 
+from meowjax.agents.text import system_prompt
 from meowjax.envs import families
 from meowjax.envs.registry import EnvSpec
 from meowjax.rollout import chat
@@ -61,8 +62,8 @@ def test_system_prompt_and_augmentation_come_from_the_family():
     from configs import default, swe_tiny
 
     c = default.get_config("smoke=True")
-    assert data.system_prompt(c) == chat.DEFAULT_INSTRUCTION
-    assert data.system_prompt(swe_tiny.get_config()) == families.SWE_SYSTEM_PROMPT
+    assert system_prompt(c.env.family) == chat.DEFAULT_INSTRUCTION
+    assert system_prompt(swe_tiny.get_config().env.family) == families.SWE_SYSTEM_PROMPT
     rng = np.random.default_rng(0)
     c.unlock()
     c.sft.augment_copies = 0

@@ -2,7 +2,7 @@
 diagnostics) plays. `pytest -k sampled_games`; the default smoke run checks it end to end."""
 import pytest
 
-from meowjax.trainers.evaluation import sampled_tasks
+from meowjax.eval.held_out import sampled_tasks
 
 
 def test_sampled_games_takes_the_first_games_or_all():

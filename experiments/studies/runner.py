@@ -169,21 +169,21 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
     evaluations already: the same player, games, seed and grid)."""
     if not (st.grids or st.probe):
         return {}
+    from meowjax.agents.registry import agent_class
+    from meowjax.envs import game_sets
     from meowjax.envs.pool import EnvPool
-    from meowjax.trainers import data, evaluate
-    from meowjax.trainers.evaluation import sampled_tasks
-    from meowjax.trainers.registry import trainer_class
-    trainer = trainer_class(c.policy.interface)(c, workdir, training=False)
-    trainer.ckpt.close()
-    pool = EnvPool(data.env_spec(c, admissible=trainer.needs_admissible),
+    from meowjax.eval import held_out
+    agent = agent_class(c.policy.interface)(c, workdir)
+    pool = EnvPool(game_sets.env_spec(c, admissible=agent.needs_admissible),
                    num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
     policies = {"start": out["ref"], "end": out["state"].params}
-    tasks = sampled_tasks(data.game_sets(c)[c.eval.sampled_split], c.eval.sampled_games)
+    tasks = held_out.sampled_tasks(game_sets.game_sets(c)[c.eval.sampled_split],
+                                   c.eval.sampled_games)
     res: dict[str, Any] = {}
     try:
         if st.probe:
-            res["probe"] = {tag: evaluate.forced_action_probe(
-                trainer, p, pool, tasks, turn=st.probe[0], command=st.probe[1],
+            res["probe"] = {tag: held_out.forced_action_probe(
+                agent, p, pool, tasks, turn=st.probe[0], command=st.probe[1],
                 budget=c.turns.eval_max_turns, seed=c.seed) for tag, p in policies.items()}
         if st.grids:
             res["passkt"] = {}
@@ -194,8 +194,8 @@ def after_training(c, workdir: str, out: dict[str, Any], st: Study, smoke: bool)
                     res["passkt"][mode] = {"start": evals["start"]["pass_at_k_t"],
                                            "end": evals["final"]["pass_at_k_t"]}
                     continue
-                res["passkt"][mode] = {tag: evaluate.passkt_grid(
-                    trainer, p, pool, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
+                res["passkt"][mode] = {tag: held_out.passkt_grid(
+                    agent, p, pool, tasks, ks=c.eval.pass_ks, ts=c.eval.pass_ts,
                     samples=c.eval.num_samples, stated=stated, seed=c.seed)
                     for tag, p in policies.items()}
     finally:

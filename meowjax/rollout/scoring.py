@@ -134,6 +134,15 @@ def candidate_logp(scores_BC: jax.Array, temperature: float | jax.Array = 1.0) -
     return jax.nn.log_softmax(scores_BC / temperature, axis=-1)
 
 
+def make_score_fn(cfg: ModelConfig, *, max_cands: int, norm: str):
+    """jit(params, batch, temperature) -> log pi_BC, for rollouts (one compile per batch shape;
+    the temperature is an argument, so training and evaluation temperatures share it)."""
+    @jax.jit
+    def score(params, batch, temperature):
+        return candidate_logp(candidate_scores(params, cfg, batch, max_cands, norm), temperature)
+    return score
+
+
 def candidate_entropy(logp_BC: jax.Array) -> jax.Array:
     """H_B = -sum_c pi_c log pi_c over present candidates."""
     p = jnp.exp(logp_BC)

@@ -126,8 +126,10 @@ class Checkpointer:
         return dict(out["meta"])
 
     def restore(self, abstract_state: Any, step: int | None = None, *,
-                verify: bool = True) -> tuple[Any, dict[str, Any]]:
-        """Restores into the structure/shardings of ``abstract_state``.
+                verify: bool = True, partial: bool = False) -> tuple[Any, dict[str, Any]]:
+        """Restores into the structure/shardings of ``abstract_state``; with ``partial``, only
+        the leaves ``abstract_state`` names (e.g. ``{"state": {"params": ...}}``: the policy
+        without its optimizer), the rest of the checkpoint left unread.
 
         A checkpoint that does not match (other model size, corrupt files) raises a ValueError
         naming the checkpoint folder and what to do. ``verify=False`` skips the file sums (the
@@ -139,9 +141,15 @@ class Checkpointer:
         if verify:
             self.check_sums(step)
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
+        if partial:
+            state_args = ocp.args.PyTreeRestore(
+                item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
+                partial_restore=True)
+        else:
+            state_args = ocp.args.StandardRestore(abstract)
         try:
             out = self.manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+                state=state_args, meta=ocp.args.JsonRestore()))
         except Exception as e:  # orbax raises many types for a mismatched or broken checkpoint
             raise ValueError(
                 f"Cannot restore checkpoint step {step} from {self.directory}: {e}. It was written "
@@ -150,7 +158,8 @@ class Checkpointer:
         return out["state"], dict(out["meta"])
 
     def restore_newest(self, abstract_for: Callable[[dict[str, Any]], Any], *,
-                       set_aside: bool = True) -> tuple[Any, dict[str, Any]]:
+                       set_aside: bool = True, partial: bool = False
+                       ) -> tuple[Any, dict[str, Any]]:
         """(state, meta) of the newest checkpoint that loads; ``abstract_for(meta)`` gives the
         structure to restore into (it depends on the phase the checkpoint was written in).
 
@@ -164,7 +173,7 @@ class Checkpointer:
             try:
                 self.check_sums(step)
                 state, meta = self.restore(abstract_for(self._meta_or_raise(step)), step,
-                                           verify=False)
+                                           verify=False, partial=partial)
             except ValueError as e:
                 logging.warning("Skipping checkpoint %s: %s", self.step_dir(step), e)
                 failed.append((step, str(e)))

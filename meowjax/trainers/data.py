@@ -1,6 +1,6 @@
-"""Host-side data for a run: the budget split, what the env family provides (env spec, task sets,
-names, system prompt, augmentation; see ``meowjax.envs.registry``), expert trajectories and the
-game-text tokenizer."""
+"""Host-side data for a run: the budget split, the RL stream's tasks and budgets, renames,
+augmentation and expert trajectories. The game sets and env spec are ``envs.game_sets``'s
+(imported here for the trainer's callers)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from absl import logging
 
 from meowjax.envs import registry
 from meowjax.envs.base import Task
-from meowjax.envs.registry import EnvSpec, make_env
-from meowjax.rollout import chat, score_episodes
-from meowjax.rollout import tokenizer as tok_lib
-from meowjax.runtime import console
+from meowjax.envs.game_sets import (HELD_OUT, difficulty_name, env_spec, game_sets,  # noqa: F401
+                                    set_difficulty)
+from meowjax.envs.registry import make_env
 
 
 def budget_plan(c: ml_collections.ConfigDict) -> dict[str, int]:
@@ -123,59 +122,6 @@ def task_repeats(c: ml_collections.ConfigDict, iterations: int) -> str:
     return f"{c.rollout.task_order} order: {need} draws, {need / max(pool, 1):.1f} per task"
 
 
-def env_spec(c: ml_collections.ConfigDict, *, admissible: bool) -> EnvSpec:
-    """The spec to build envs from: the family's options for ``c.env``, inside the reward
-    wrapper of ``env.reward_mode`` if it has one ("process": ``envs.process_reward``)."""
-    family = registry.get_family(c.env.family)
-    spec = EnvSpec(family.name, family.env_kwargs(c.env, admissible))
-    return registry.reward_spec(spec, c.env.reward_mode)
-
-
-def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
-    """train / sft / eval (held-out, training difficulty) / eval_hard of the configured family,
-    disjoint seed ranges (the family's ``task_sets``).
-
-    Held-out games come from ``games.eval_split``: "test" for reported numbers, "valid" while
-    tuning (never tune on the test seeds).
-    """
-    family = registry.get_family(c.env.family)
-    if c.games.num_train_hard and not family.harder_rl_pool:
-        with_pool = [n for n in registry.family_names() if registry.get_family(n).harder_rl_pool]
-        raise ValueError(f"games.num_train_hard={c.games.num_train_hard} is for families with a "
-                         f"harder RL pool ({', '.join(with_pool)}); env.family={family.name!r} "
-                         "has none: set it to 0.")
-    t0 = time.time()
-    sets = dict(family.task_sets(c))
-    extra = set(sets) - set(registry.TASK_SETS) - set(registry.OPTIONAL_TASK_SETS)
-    if not set(registry.TASK_SETS) <= set(sets) or extra:
-        raise ValueError(f"env.family={family.name!r}: task_sets returned {sorted(sets)}; it must "
-                         f"return {list(registry.TASK_SETS)}, and may add "
-                         f"{list(registry.OPTIONAL_TASK_SETS)}.")
-    for name in registry.OPTIONAL_TASK_SETS:
-        sets.setdefault(name, [])
-    console.info("games (%s): %s, in %.1f s", family.name,
-                 ", ".join(f"{name} {len(tasks)}" for name, tasks in sets.items() if tasks),
-                 time.time() - t0)
-    return sets
-
-
-def difficulty_name(c: ml_collections.ConfigDict, hard: bool | str) -> str:
-    """The name of the training (or harder, or ``"transfer"``) difficulty in reports: a
-    TextWorld game-set name ("w2-o3-q4"), a code-repair tier ("code-repair tier 1"), an ALFWorld
-    split ("ALFWorld test", "ALFWorld valid_unseen"), ..."""
-    return registry.get_family(c.env.family).difficulty_name(c, hard)
-
-
-# Held-out sets evaluated before and after RL, and the difficulty each one holds.
-HELD_OUT = ("eval", "eval_hard", "eval_transfer")
-_SET_DIFFICULTY = {"eval": False, "eval_hard": True, "eval_transfer": "transfer", "curve": True}
-
-
-def set_difficulty(c: ml_collections.ConfigDict, name: str) -> str:
-    """The difficulty name of task set ``name`` (one of ``HELD_OUT`` or "curve")."""
-    return difficulty_name(c, _SET_DIFFICULTY[name])
-
-
 def set_role(c: ml_collections.ConfigDict, name: str) -> str:
     """What training saw of held-out set ``name``'s difficulty, in words: "SFT demonstrations and
     80 of 320 RL games", "240 of 320 RL games", "never trained on"."""
@@ -190,12 +136,6 @@ def set_role(c: ml_collections.ConfigDict, name: str) -> str:
 def rl_pool_words(c: ml_collections.ConfigDict) -> str:
     """The RL task pool in words, e.g. "64 w2-o3-q4 + 8 w3-o5-q6 training games"."""
     return registry.get_family(c.env.family).rl_pool(c)
-
-
-def system_prompt(c: ml_collections.ConfigDict) -> str:
-    """The agent's chat instruction: the family's own (code repair: its tool syntax) or the
-    default one."""
-    return registry.get_family(c.env.family).system_prompt or chat.DEFAULT_INSTRUCTION
 
 
 def augmented_experts(c: ml_collections.ConfigDict, expert: list[dict[str, Any]],
@@ -236,22 +176,3 @@ def expert_data(c: ml_collections.ConfigDict, tasks: list[Task]) -> list[dict[st
     finally:
         env.close()
     return out
-
-
-def game_tokenizer(c: ml_collections.ConfigDict, workdir: str,
-                   expert: Callable[[], list[dict[str, Any]]]):
-    """A BPE tokenizer trained on the expert games' text (saved in workdir/tokenizer, reused).
-    ``expert()`` gives the trajectories; it is called only when no tokenizer is saved yet."""
-    folder = os.path.join(workdir, "tokenizer")
-    if os.path.exists(os.path.join(folder, "tokenizer.json")):
-        return tok_lib.load_tokenizer(folder)
-    texts = []
-    for ex in expert():
-        texts.append(ex["objective"])
-        texts.extend(ex["observations"])
-        texts.extend(cmd for cmds in ex["admissible"] for cmd in cmds)
-    texts.append("current state: your action: You are an agent playing a text adventure game.")
-    if c.policy.history:
-        texts.append(score_episodes.history_line(()))
-    return tok_lib.train_bpe_tokenizer(texts, c.model.vocab_size, folder)
-

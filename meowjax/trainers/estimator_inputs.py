@@ -19,11 +19,23 @@ module too (``--config.imports``), with no edit to the loop:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Final, Sequence
+from typing import Any, Callable, Final, NamedTuple, Sequence
 
 import numpy as np
 
 from meowjax.rl import estimators
+
+
+class UnitMatrices(NamedTuple):
+    """The built-in ``[E, X]`` matrices an interface lays out from an iteration's episodes
+    (``AgentTrainer.matrices``; X = turns or tokens): the reward at each unit (at turn ends),
+    which units the loss covers, which end a turn, and each unit's state key (GiGPO's
+    anchor states; int32)."""
+
+    rewards_EX: np.ndarray
+    mask_EX: np.ndarray
+    turn_end_EX: np.ndarray
+    state_key_EX: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)

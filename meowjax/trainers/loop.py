@@ -1,24 +1,25 @@
 """The agent trainer shared by both action interfaces: what a run is built from.
 
 ``AgentTrainer(c, workdir)`` builds one run: the mesh, the estimator and objective, the game
-sets and expert demonstrations, the model (``setup_model``), the SFT rows, optimizers,
-shardings and jitted steps. ``run()`` plays the schedule, read top to bottom in
-``meowjax.trainers.schedule`` (SFT -> evaluation -> RL -> evaluation), one RL iteration in
-``meowjax.trainers.rl_iteration`` (collect -> old terms -> advantages -> update -> replay).
+sets and expert demonstrations, its agent (``agent_cls``: model, tokenizer, interface, play;
+``meowjax.agents``), the SFT rows, optimizers, shardings and jitted steps. ``run()`` plays the
+schedule, read top to bottom in ``meowjax.trainers.schedule`` (SFT -> evaluation -> RL ->
+evaluation), one RL iteration in ``meowjax.trainers.rl_iteration`` (collect -> old terms ->
+advantages -> update -> replay). Evaluations are ``meowjax.eval.held_out``'s, played through
+the trainer's ``play`` (its agent's).
 
-What differs between interfaces lives in subclasses: the model and its per-unit terms
+What differs between interfaces beyond the agent lives in subclasses: the per-unit terms
 (``steps.Units``: a unit is a turn for the scoring interface, a token for free text), how expert
-data becomes rows, how episodes are played (each returns ``rollout.trajectory.Trajectory``
-records), and how trajectories become update rows laid out as the ``[E, X]`` matrices the
-estimators read (X = turns or tokens). The losses are ``meowjax.rl.objective``'s, built into
+data becomes rows, and how trajectories become update rows laid out as the ``[E, X]`` matrices
+the estimators read (X = turns or tokens). The losses are ``meowjax.rl.objective``'s, built into
 jitted steps once, in ``meowjax.trainers.steps``.
 
 Building, placing, saving and restoring the state, and what a SIGTERM saves:
 ``meowjax.trainers.train_state``.
 
-Host randomness is ``np.random.default_rng([seed, phase, index])`` and device randomness
-``jax.random.fold_in(key(seed), index)``, so a resumed run replays exactly what an uninterrupted
-run does.
+Host randomness is ``np.random.default_rng([seed, phase, index])`` (``runtime.rng``) and device
+randomness ``jax.random.fold_in(key(seed), index)``, so a resumed run replays exactly what an
+uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from meowjax.agents.base import Agent, Player
+from meowjax.eval import held_out
 from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
 from meowjax.sharding import make_mesh
@@ -40,38 +43,44 @@ from meowjax.runtime import checkpoint, metrics_log, multihost, placement
 from meowjax.runtime.preemption import Preempted  # noqa: F401  (what a stopped run raises)
 from meowjax.trainers import (data, estimator_inputs, optim, replay, returns, rl_iteration,
                               schedule, steps)
-from meowjax.trainers.evaluation import Evaluation, sampled_tasks
-from meowjax.trainers.rng import AUGMENT_RNG, host_rng
+from meowjax.runtime.rng import AUGMENT_RNG, host_rng
 from meowjax.trainers.train_state import RL, SFT, TrainerState
 
-class AgentTrainer(Evaluation, TrainerState, abc.ABC):
-    """Owns one run. Subclasses fill in the interface-specific hooks below."""
+class AgentTrainer(TrainerState, Player, abc.ABC):
+    """Owns one run: its agent (``agent_cls``, built here) and what training it needs.
+    Subclasses fill in the interface-specific hooks below."""
 
-    interface: str = ""
-    needs_admissible: bool = False
+    agent_cls: type[Agent]
 
-    def __init__(self, c: ml_collections.ConfigDict, workdir: str, *, training: bool = True):
-        """The agent of ``c`` (model, tokenizer, interface, placement on the mesh over every
-        process's devices) and, with ``training``, the run's data and steps: game sets, expert
-        demonstrations, the SFT rows, optimizers and jitted updates. ``training=False`` builds
-        only what playing and evaluating a checkpoint need (see ``restore_policy``).
+    def __init__(self, c: ml_collections.ConfigDict, workdir: str):
+        """The run of ``c``, built in four steps a reader can follow one at a time: the mesh
+        and the RL objective (every config check that needs no data fails here), the data and
+        the agent, the optimizers and their shardings, the jitted steps.
 
         Several processes (``runtime.multihost``): updates run SPMD on ``mesh``; each process
         plays its share of the episodes on ``rollout_mesh``, its own devices."""
-        self.c, self.workdir, self.training = c, workdir, training
+        self.c, self.workdir = c, workdir
         self.check_config()
         self.mesh = make_mesh(c.mesh.axes, jax.devices(), field="config.mesh.axes")
         self.rollout_mesh = multihost.process_submesh(self.mesh)
         placement.check_batch_rows(self.mesh, self.batch_row_fields())
         note = multihost.idle_processes_note(c.rollout.tasks_per_iter, "rollout.tasks_per_iter")
-        if training and note:
+        if note:
             logging.warning("%s", note)
         os.makedirs(workdir, exist_ok=True)
+        self._setup_objective()
+        self._setup_data_and_agent()
+        self._setup_optimizers()
+        self._setup_jitted_steps()
+
+    def _setup_objective(self) -> None:
+        """The estimator (with its extra inputs' providers), its hyper-parameters and the
+        policy objective; fails on combinations the run cannot honour."""
+        c = self.c
         self.spec = estimators.validate_estimator(c.rl.estimator)
         # Extra inputs the estimator reads, each from its registered provider (fails now).
         self.extra_inputs = estimators.extra_needs(self.spec.needs)
-        if training:
-            estimator_inputs.check_provided(self.spec)
+        estimator_inputs.check_provided(self.spec)
         self.hp = estimators.estimator_hparams(c.rl.estimator, gamma=c.rl.gamma, lam=c.rl.lam,
                                                section=c.rl.get(c.rl.estimator))
         self.objective = objective.ObjectiveConfig.from_section(c.rl)
@@ -92,46 +101,61 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
             raise ValueError(f"rl.loss_norm={c.rl.loss_norm!r}; choose one of {returns.LOSS_NORMS}.")
         # Reference log-probs are computed only for a KL term (in the loss or in the rewards).
         self.needs_ref = self.objective.needs_ref
-        self.plan = data.budget_plan(c) if training else {"sft_demos": 0, "rl_episodes": 0}
+
+    def _setup_data_and_agent(self) -> None:
+        """The budget plan, the game sets, the expert demonstrations, the agent (its tokenizer
+        trained on them when the model is a game-text one) and the SFT rows."""
+        c = self.c
+        self.plan = data.budget_plan(c)
         with multihost.process_zero_first("games, tokenizer, weights"):   # shared files
             t_games = time.time()
-            self.sets = data.game_sets(c) if training else {}
+            self.sets = data.game_sets(c)
             self.games_s = time.time() - t_games   # generated, or loaded from the cache
-            if training and c.eval.num_samples > 0:   # fails now, not after SFT
-                sampled_tasks(self.sets.get(c.eval.sampled_split, []), c.eval.sampled_games)
-            self.rename = data.task_renamer(c, self.sets) if training else None
-            sft_tasks = self.sets["sft"][:self.plan["sft_demos"]] if training else []
-            self.expert = data.expert_data(c, sft_tasks) if training else []
-            self.setup_model()
+            if c.eval.num_samples > 0:   # fails now, not after SFT
+                held_out.sampled_tasks(self.sets.get(c.eval.sampled_split, []),
+                                       c.eval.sampled_games)
+            self.rename = data.task_renamer(c, self.sets)
+            sft_tasks = self.sets["sft"][:self.plan["sft_demos"]]
+            self.expert = data.expert_data(c, sft_tasks)
+            self.agent = self.agent_cls(c, self.workdir, mesh=self.mesh,
+                                        expert_text=self.tokenizer_text)
+        self.tok, self.cfg, self.init_params = (self.agent.tok, self.agent.cfg,
+                                                self.agent.init_params)
+        self.place, self.rollout_place = self.agent.place, self.agent.rollout_place
         augmented = data.augmented_experts(c, self.expert, sft_tasks,
-                                           host_rng(c.seed, AUGMENT_RNG)) if training else []
+                                           host_rng(c.seed, AUGMENT_RNG))
         self.sft_rows = self.make_sft_rows(self.expert + augmented)
         self.sft_lengths = [len(r["tokens"]) for r in self.sft_rows]   # SFT and replay batches
+
+    def _setup_optimizers(self) -> None:
+        """Step counts, the SFT, RL and critic optimizers (their schedules span the run), and
+        the shardings of each phase's state."""
+        c = self.c
         per_iter = c.rollout.tasks_per_iter * c.rollout.group_size
         self.batch_rows = per_iter
         self.rl_iters = self.plan["rl_episodes"] // per_iter
         self.sft_steps = c.sft.epochs * -(-len(self.sft_rows) // c.sft.batch_rows)
         rl_steps = data.rl_update_steps(c, self.rows_per_iter_estimate(), self.rl_iters)
-        if training and self.rl_iters:   # fails now, not after SFT
+        if self.rl_iters:   # fails now, not after SFT
             replay.check_replay(len(self.sft_rows), c.rl.replay_steps, c.sft.batch_rows)
         rl_steps += c.rl.replay_steps * self.rl_iters   # they step the RL optimizer too
-        # Without training the optimizers only give the checkpointed state its structure.
         self.sft_opt = optim.optimizer_from_config(c.sft, max(1, self.sft_steps))
         self.rl_opt = optim.optimizer_from_config(c.rl, rl_steps)
         warm = c.rl.critic_warmup_iters
         warm_steps = data.rl_update_steps(c, self.rows_per_iter_estimate(), warm) if warm else 0
         self.critic_opt = optim.optimizer_from_config(c.rl, rl_steps + warm_steps,
                                                       lr=c.rl.critic_lr)
-        self.place = placement.Placement(self.mesh, self.cfg)
-        self.rollout_place = placement.Placement(self.rollout_mesh, self.cfg)
         self.shardings = {phase: self.place.step_shardings(self._abstract_state(phase == RL), opt,
                                                            self.critic_opt)
                           for phase, opt in ((SFT, self.sft_opt), (RL, self.rl_opt))}
+
+    def _setup_jitted_steps(self) -> None:
+        """The interface's units, the checkpointer, and the jitted steps built once: SFT, PG
+        update, replay, critic warm-up, old terms; the metrics writer."""
+        c = self.c
         self.setup_steps()
-        self.ckpt = checkpoint.Checkpointer(workdir, c.checkpoint.max_to_keep, writer=training)
+        self.ckpt = checkpoint.Checkpointer(self.workdir, c.checkpoint.max_to_keep)
         self.shapes_seen: dict[str, set[tuple[int, ...]]] = {}
-        if not training:
-            return
         self.sft_step = steps.make_sft_step(
             self.units, self.sft_opt, objective.ObjectiveConfig(lm_coef=c.sft.lm_coef),
             shardings=self.shardings[SFT])
@@ -148,42 +172,70 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         self.old_terms = steps.make_old_terms(
             self.units, temperature=c.policy.temperature, needs_ref=self.needs_ref,
             needs_critic=self.spec.needs_critic)
-        self.writer = metrics_log.MetricsWriter(workdir, enabled=jax.process_index() == 0)
+        self.writer = metrics_log.MetricsWriter(self.workdir, enabled=jax.process_index() == 0)
         self.compile_clock = metrics_log.CompileClock()
+
+    # ----- the agent -------------------------------------------------------------------------
+    @property
+    def interface(self) -> str:
+        return self.agent_cls.interface
+
+    @property
+    def needs_admissible(self) -> bool:
+        return self.agent_cls.needs_admissible
+
+    @property
+    def pad_values(self) -> dict[str, Any]:
+        return self.agent.pad_values
+
+    def play(self, params, pool, tasks, *, group_size: int, budgets: Sequence[int],
+             rng: np.random.Generator, greedy: bool, key: jax.Array, temperature: float,
+             offset: int = 0) -> list[trajectory.Trajectory]:
+        """The agent's ``play`` (``agents.base.Agent.play``): every episode of the run, its
+        rollouts and its evaluations, is played through here."""
+        return self.agent.play(params, pool, tasks, group_size=group_size, budgets=budgets,
+                               rng=rng, greedy=greedy, key=key, temperature=temperature,
+                               offset=offset)
+
+    def set_state_budget(self, on: bool) -> None:
+        self.agent.set_state_budget(on)
+
+    def set_forced_action(self, forced) -> None:
+        self.agent.set_forced_action(forced)
+
+    # ----- evaluation (eval.held_out, played through ``play``) --------------------------------
+    def evaluate(self, params, pool, title: str, *, sampled: bool) -> dict[str, Any]:
+        """``eval.held_out.held_out_sets`` on the run's held-out sets."""
+        return held_out.held_out_sets(self, params, pool, self.sets, self.c, title,
+                                      sampled=sampled)
+
+    def curve_point(self, params, pool, iteration: int) -> dict[str, Any]:
+        """``eval.held_out.curve_point`` on the run's curve games."""
+        return held_out.curve_point(self, params, pool, self.sets["curve"], self.c, iteration)
+
+    def _periodic_eval(self, state, pool, meta) -> None:
+        """Evaluation every ``eval.every_iters`` RL iterations; its success rates go to the
+        metrics at the iteration's step."""
+        e = self.evaluate(state.params, pool, f"evaluation at RL iteration {meta['iteration']}",
+                          sampled=False)
+        self.writer.write(self.sft_steps + meta["iteration"],
+                          {f"eval/{k}_success": v["success"] for k, v in e.items()
+                           if "success" in v})
+        meta["eval_due"] = False
 
     # ----- interface hooks -----------------------------------------------------------------
     def check_config(self) -> None:
-        """Fails, before any work, on config fields this interface cannot honour."""
+        """Fails, before any work, on config fields this trainer cannot honour (the agent
+        checks its interface's own: ``Agent.check_config``)."""
 
     def tokenizer_text(self) -> list[dict[str, Any]]:
         """Expert trajectories to train a game-text tokenizer on: the SFT demonstrations, or
         (pure RL) 20 SFT-split games' walkthroughs."""
-        if self.expert:
-            return self.expert
-        if not self.training:
-            raise FileNotFoundError(f"{self.workdir}/tokenizer is missing: a game-text model is "
-                                    "evaluated with the tokenizer its run trained.")
-        return data.expert_data(self.c, self.sets["sft"][:20])
-
-    @abc.abstractmethod
-    def setup_model(self) -> None:
-        """Sets self.tok, self.cfg and the initial params factory ``self.init_params(key)``."""
+        return self.expert or data.expert_data(self.c, self.sets["sft"][:20])
 
     @abc.abstractmethod
     def setup_steps(self) -> None:
-        """Sets self.units (``steps.Units``) and whatever jitted rollout function ``play`` uses."""
-
-    def set_state_budget(self, on: bool) -> None:
-        """Whether prompts state the turn budget from now on (``policy.state_budget``)."""
-        if on:
-            raise ValueError(f"the {self.interface!r} interface cannot state the turn budget in "
-                             "its prompts (policy.state_budget is for interface 'score').")
-
-    def set_forced_action(self, forced) -> None:
-        """Every episode plays a given command at a given turn (the forced-action probe)."""
-        if forced is not None:
-            raise ValueError(f"the {self.interface!r} interface cannot force an action (the "
-                             "forced-action probe is for interface 'score').")
+        """Sets self.units (``steps.Units``) from the agent's model."""
 
     def batch_row_fields(self) -> dict[str, int]:
         """Config fields that fix a device batch's row count (each must divide the batch shards)."""
@@ -199,14 +251,6 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         ...
 
     @abc.abstractmethod
-    def play(self, params, pool, tasks, *, group_size: int, budgets: Sequence[int],
-             rng: np.random.Generator, greedy: bool, key: jax.Array, temperature: float,
-             offset: int = 0) -> list[trajectory.Trajectory]:
-        """Episodes of ``tasks`` on this process's devices (``rollout_mesh``; ``params`` are the
-        trainer's). ``tasks`` are items ``offset ...`` of the caller's list: group ids and each
-        episode's sampling randomness follow the position in that list, not the process."""
-
-    @abc.abstractmethod
     def update_rows(self, trajs) -> list[dict[str, np.ndarray]]:
         """Rows for old_terms / pg_step (with ``old_logp`` = the sampling log-probs)."""
 
@@ -215,8 +259,8 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         """Per-row unit values (a scalar per turn row, an array per token row) as ``[E, X]``."""
 
     @abc.abstractmethod
-    def matrices(self, trajs, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(rewards_EX, mask_EX, turn_end_EX, state_key_EX) for the estimators."""
+    def matrices(self, trajs, rows) -> estimator_inputs.UnitMatrices:
+        """The estimators' built-in ``[E, X]`` matrices of ``trajs`` (rows: ``update_rows``)."""
 
     @abc.abstractmethod
     def attach(self, trajs, rows, adv_EX, ret_EX) -> None:
@@ -234,14 +278,9 @@ class AgentTrainer(Evaluation, TrainerState, abc.ABC):
         self.shapes_seen.setdefault(purpose, set()).add(batch["tokens"].shape)
         return batch
 
-    pad_values: dict[str, Any] = {}
-
     @property
     def min_rows(self) -> int:
-        """Smallest rollout row bucket: a multiple of the batch shards (>= 4), so every bucket
-        divides over the mesh."""
-        shards = placement.batch_shards(self.mesh)
-        return shards * -(-4 // shards)
+        return self.agent.min_rows
 
     def update_batch_rows(self, num: int) -> int:
         """Rows an RL update (or pre-update) chunk of ``num`` real rows is padded to: a multiple

@@ -1,15 +1,18 @@
-"""Action interfaces by name (``policy.interface``): each is an ``AgentTrainer`` subclass.
+"""Action interfaces by name (``policy.interface``) for training: each is an ``AgentTrainer``
+subclass.
 
-An interface supplies its model setup, per-unit terms (``steps.Units``), how it plays episodes
-(``Trajectory`` records) and how trajectories become update rows; the schedule, the objective
-and the steps are shared. Classes are imported lazily, so using one interface never imports the
-other's machinery. Add one with ``register_interface("name", "module:Class")`` (or the class).
+An interface is an agent (``agents``: model setup and how it plays episodes, ``Trajectory``
+records) and a trainer naming it in ``agent_cls`` (per-unit terms, ``steps.Units``, and how
+trajectories become update rows); the schedule, the objective and the steps are shared. Classes
+are imported lazily, so using one interface never imports the other's machinery. Add one with
+``register_interface("name", TrainerClass)`` (its agent is registered for evaluation too).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from meowjax.agents import registry as agents
 
 INTERFACES: dict[str, Any] = {
     "score": "meowjax.trainers.score_trainer:ScoreTrainer",
@@ -18,9 +21,12 @@ INTERFACES: dict[str, Any] = {
 
 
 def register_interface(name: str, trainer: Any, *, replace: bool = False) -> None:
-    """Registers an ``AgentTrainer`` subclass (or its "module:Class" path) under ``name``."""
+    """Registers an ``AgentTrainer`` subclass (or its "module:Class" path) under ``name``, and
+    its ``agent_cls`` under the same name in ``agents.registry`` (so that ``eval.evaluate`` can
+    play a checkpoint of it without a trainer)."""
     if name in INTERFACES and not replace:
         raise ValueError(f"Interface {name!r} is already registered; pass replace=True.")
+    agents.register_agent(name, agents.resolve(trainer).agent_cls, replace=replace)
     INTERFACES[name] = trainer
 
 
@@ -29,8 +35,4 @@ def trainer_class(name: str):
     if name not in INTERFACES:
         raise ValueError(f"policy.interface={name!r}; choose one of {sorted(INTERFACES)} (or "
                          "register one with meowjax.trainers.registry.register_interface).")
-    target = INTERFACES[name]
-    if isinstance(target, str):
-        module, cls = target.split(":")
-        target = getattr(importlib.import_module(module), cls)
-    return target
+    return agents.resolve(INTERFACES[name])

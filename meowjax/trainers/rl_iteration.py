@@ -15,7 +15,7 @@
                  optimizer (trainers.replay).
 
 Every function takes the trainer ``tr`` (the interface's hooks and the jitted steps it built)
-and the state explicitly. Host randomness is ``trainers.rng.host_rng(seed, stream,
+and the state explicitly. Host randomness is ``runtime.rng.host_rng(seed, stream,
 iteration)``, so a resumed run replays what an uninterrupted run does.
 """
 
@@ -33,7 +33,7 @@ from meowjax.rollout import buckets, trajectory
 from meowjax.runtime import host_memory, multihost, preemption
 from meowjax.trainers import (data, dynamic_sampling, estimator_inputs, greedy_baseline, replay,
                               returns, steps)
-from meowjax.trainers.rng import COLLECT_RNG, RENAME_RNG, REPLAY_RNG, SHUFFLE_RNG, host_rng
+from meowjax.runtime.rng import COLLECT_RNG, RENAME_RNG, REPLAY_RNG, SHUFFLE_RNG, host_rng
 
 @dataclasses.dataclass
 class Collected:

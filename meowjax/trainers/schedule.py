@@ -29,7 +29,7 @@ from meowjax.rollout import buckets
 from meowjax.runtime import console, host_memory, multihost, preemption
 from meowjax.runtime.preemption import Preempted
 from meowjax.trainers import data
-from meowjax.trainers.rng import SFT_RNG, host_rng
+from meowjax.runtime.rng import SFT_RNG, host_rng
 from meowjax.trainers.train_state import DONE, RL, SFT
 
 

@@ -4,7 +4,8 @@ Rows are turns (packed prompt + candidates, see ``meowjax.rollout.scoring``); ev
 quantity is a ``[B, 1]`` array so the token-level losses of ``meowjax.rl`` apply unchanged.
 
 The losses are ``meowjax.rl.objective``'s (built by ``meowjax.trainers.steps``); this module
-supplies the per-turn terms (``ScoreUnits``) and the rollout's scoring function.
+supplies the per-turn terms (``ScoreUnits``); the rollout's scoring function is
+``rollout.scoring.make_score_fn``.
 
   LM = -token_mean over prompt tokens (objective, observations, past actions) of
        log p_LM(tok_t | tok_<t): an auxiliary next-token loss on the game text. The candidate
@@ -53,16 +54,6 @@ def turn_values(vparams, cfg: ModelConfig, batch: dict) -> jax.Array:
     h_BE = scoring.prompt_last_hidden(hidden_BLE, batch["prompt_len"]).astype(jnp.float32)
     head = vparams["value_head"]
     return (h_BE @ head["kernel"].astype(jnp.float32))[:, 0] + head["bias"][0]
-
-
-def make_score_fn(cfg: ModelConfig, *, max_cands: int, norm: str):
-    """jit(params, batch, temperature) -> log pi_BC, for rollouts (one compile per batch shape;
-    the temperature is an argument, so training and evaluation temperatures share it)."""
-    @jax.jit
-    def score(params, batch, temperature):
-        return policy_logp(params, cfg, batch, max_cands=max_cands, temperature=temperature,
-                           norm=norm)
-    return score
 
 
 class ScoreUnits:

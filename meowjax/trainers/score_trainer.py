@@ -1,4 +1,5 @@
-"""Trainer for the admissible-command scoring interface (rows = turns, X = turns)."""
+"""Trainer for the admissible-command scoring interface (rows = turns, X = turns); its agent
+(model, prompts, play) is ``agents.score.ScoreAgent``."""
 
 from __future__ import annotations
 
@@ -6,55 +7,28 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from meowjax.models import lm
-from meowjax.models.config import get_preset
+from meowjax.agents.score import ScoreAgent
 from meowjax.rollout import score_episodes
-from meowjax.trainers import data, loop, score_steps
+from meowjax.trainers import estimator_inputs, loop, score_steps
 
 
 class ScoreTrainer(loop.AgentTrainer):
-    interface = "score"
-    needs_admissible = True
+    agent_cls = ScoreAgent
 
-    def check_config(self) -> None:
-        if self.c.policy.window is None:
-            raise ValueError("policy.interface='score' needs policy.window (the past turns "
-                             "repeated in each prompt, e.g. 0 with policy.history=True, or 2).")
+    @property
+    def builder(self) -> score_episodes.PromptBuilder:
+        return self.agent.builder
 
-    def setup_model(self) -> None:
-        c = self.c
-        if c.model.init != "scratch":
-            raise ValueError("policy.interface='score' trains from scratch with a game-text "
-                             f"tokenizer; model.init={c.model.init!r} is for interface 'generate'.")
-        self.tok = data.game_tokenizer(c, self.workdir, self.tokenizer_text)
-        self.cfg = get_preset(c.model.preset, vocab_size=len(self.tok),
-                              pad_token_id=self.tok.pad_token_id,
-                              eos_token_id=self.tok.eos_token_id, **dict(c.model.overrides))
-        self.builder = score_episodes.PromptBuilder(self.tok, c.policy.window, c.policy.max_cands,
-                                                    history=c.policy.history,
-                                                    state_budget=c.policy.state_budget)
-        self.pad_values = {"cand": c.policy.max_cands}
-        self.init_params = lambda key: lm.init_params(self.cfg, key)
+    @property
+    def score_fn(self):
+        return self.agent.score_fn
 
     def setup_steps(self) -> None:
         c = self.c
-        kw = dict(max_cands=c.policy.max_cands, norm=c.policy.score_norm)
-        self.score_fn = score_steps.make_score_fn(self.cfg, **kw)
-        self.units = score_steps.ScoreUnits(self.cfg, **kw)
+        self.units = score_steps.ScoreUnits(self.cfg, max_cands=c.policy.max_cands,
+                                            norm=c.policy.score_norm)
         # rl.tis="auto": truncated importance sampling where the model computes in bf16.
         self.objective = self.objective.resolve_tis(self.cfg.dtype)
-
-    forced: tuple[int, str] | None = None
-
-    def set_forced_action(self, forced: tuple[int, str] | None) -> None:
-        """From now on every episode plays ``command`` at turn t (``forced = (t, command)``)
-        where it is admissible; None: the policy chooses every turn (the forced-action probe)."""
-        self.forced = forced
-
-    def set_state_budget(self, on: bool) -> None:
-        """Whether prompts state the turn budget from now on (an evaluation that prompts a
-        policy otherwise than it was trained: the two Pass@(K,T) modes)."""
-        self.builder.state_budget = bool(on)
 
     def row_units(self, x_U: np.ndarray, row: dict[str, np.ndarray]) -> np.float32:
         return np.float32(x_U[0])
@@ -72,22 +46,6 @@ class ScoreTrainer(loop.AgentTrainer):
 
     def rows_per_iter_estimate(self) -> int:
         return self.batch_rows * self.c.turns.max_turns // 2
-
-    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature,
-             offset=0):
-        """Candidates are drawn on the host: episode e (of the caller's list) from its own
-        stream ``default_rng([base, e])``, ``base`` one draw of ``rng``."""
-        del key
-        tau = np.float32(temperature)
-        score = lambda batch: np.asarray(self.score_fn(params, self.rollout_place.batch(batch),
-                                                       tau))
-        base, first = int(rng.integers(2**63)), offset * group_size
-        rngs = [np.random.default_rng([base, first + i]) for i in range(len(tasks) * group_size)]
-        eps = score_episodes.collect(
-            score, pool, self.builder, tasks, group_size=group_size, max_turns=budgets,
-            batch_rows=self.batch_rows, length_buckets=self.c.rollout.length_buckets, rng=rngs,
-            greedy=greedy, min_rows=self.min_rows, group_offset=offset, forced=self.forced)
-        return [score_episodes.to_trajectory(e) for e in eps]
 
     def update_rows(self, trajs):
         rows = []
@@ -115,7 +73,8 @@ class ScoreTrainer(loop.AgentTrainer):
         keys = self.layout(trajs, rows, [0] * len(rows)).astype(np.int32)
         for i, tr in enumerate(trajs):  # int32 keys: not through the float32 layout
             keys[i, :tr.num_turns] = [t.state_key for t in tr.turns]
-        return self.layout(trajs, rows, [t.reward for t in turns]), mask, mask, keys
+        return estimator_inputs.UnitMatrices(
+            self.layout(trajs, rows, [t.reward for t in turns]), mask, mask, keys)
 
     def attach(self, trajs, rows, adv, ret) -> None:
         k = 0

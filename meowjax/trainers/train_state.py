@@ -82,22 +82,14 @@ class TrainerState:
                                               self.shardings[phase].state)
             return {"state": target, "ref": target.params}
 
-        # A damaged newest checkpoint falls back to the one before (a warning names it); only
-        # a training run moves the damaged one aside, so evaluating never renames a run's files.
-        restored, meta = self.ckpt.restore_newest(target_for, set_aside=self.training)
-        if self.training:   # RL from a shared SFT: it must be this config's (evaluation may vary)
-            sft_key.check_meta(self.c, meta, self.ckpt.directory)
+        # A damaged newest checkpoint falls back to the one before (a warning names it) and is
+        # moved aside (an evaluation, ``Agent.restore_params``, never renames a run's files).
+        restored, meta = self.ckpt.restore_newest(target_for)
+        # RL from a shared SFT: it must be this config's.
+        sft_key.check_meta(self.c, meta, self.ckpt.directory)
         logging.info("Resumed from checkpoint: phase %s, sft_step %d, iteration %d",
                      meta["phase"], meta["sft_step"], meta["iteration"])
         return restored["state"], restored["ref"], meta
-
-    def restore_policy(self) -> tuple[Any, dict[str, Any]]:
-        """(policy params, meta) of the latest checkpoint under the workdir, for evaluation."""
-        if self.ckpt.latest_step() is None:
-            raise FileNotFoundError(f"No checkpoint under {self.ckpt.directory}; train first "
-                                    "(experiments/train.py) or evaluate an imported model.")
-        state, _, meta = self.restore_state()
-        return state.params, meta
 
     @property
     def preempted(self) -> bool:

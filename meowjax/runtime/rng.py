@@ -14,7 +14,7 @@ SFT_RNG = 1        # SFT minibatches, per epoch
 COLLECT_RNG = 2    # an RL iteration's tasks, budgets and sampling draws
 SHUFFLE_RNG = 3    # an RL iteration's update minibatches
 AUGMENT_RNG = 7    # expert-demonstration augmentation, at set-up
-EVAL_RNG = 9       # evaluations (trainers.evaluation)
+EVAL_RNG = 9       # evaluations (agents.base.Player)
 RENAME_RNG = 12    # an RL iteration's entity renames
 REPLAY_RNG = 13    # an RL iteration's replayed demonstration minibatches
 

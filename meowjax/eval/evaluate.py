@@ -1,9 +1,9 @@
 """Evaluate a checkpoint (or an imported model) on a named game set and write a report.
 
-    agent = load_agent(config, workdir)                  # trainer + params of the latest step
+    policy = load_policy(config, workdir)               # agent + params of the latest step
     tasks = named_tasks(config, "textworld:w4-o6-q8:test", num_games=20)
-    result = evaluate_agent(agent, tasks, ks=(1, 2, 4), ts=(4, 8, 12), samples=4,
-                            mode="single_run")
+    result = evaluate_policy(policy, tasks, ks=(1, 2, 4), ts=(4, 8, 12), samples=4,
+                             mode="single_run")
     write_eval_report(result, "<workdir>/eval_w4-o6-q8_test")
 
 What is measured (per game set):
@@ -33,15 +33,15 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from meowjax.envs import registry
+from meowjax.agents.base import Agent
+from meowjax.agents.registry import agent_class
+from meowjax.envs import game_sets, registry
 from meowjax.envs.base import Task
 from meowjax.envs.pool import EnvPool
 from meowjax.eval import outcomes, passk, report
 from meowjax.eval.traces import diagnostics, replay_traces
 from meowjax.rollout.trajectory import Trajectory
 from meowjax.runtime import plugins
-from meowjax.trainers import data
-from meowjax.trainers.registry import trainer_class
 
 MODES = passk.MODES
 
@@ -53,7 +53,7 @@ def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None =
 
     Names:
       ``eval`` / ``eval_hard``: the config's held-out sets (training difficulty / harder), for
-        every env family (``trainers.data.game_sets``);
+        every env family (``envs.game_sets.game_sets``);
       ``<family>:<set>``: a set the family's record names (``Family.named_sets``), e.g.
         ``textworld:w4-o6-q8:test`` (custom TextWorld games of that difficulty and split,
         generated into ``games.cache_dir`` on first use) or
@@ -62,7 +62,7 @@ def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None =
     ``num_games`` caps the number of games (None: the config's count / all).
     """
     if name in ("eval", "eval_hard"):          # any family: the trainer's own held-out sets
-        tasks = data.game_sets(c)[name]
+        tasks = game_sets.game_sets(c)[name]
         return tasks[:num_games] if num_games else tasks
     family_name, _, rest = name.partition(":")
     try:
@@ -77,12 +77,12 @@ def named_tasks(c: ml_collections.ConfigDict, name: str, num_games: int | None =
     return family.named_sets(c, rest, num_games, alfworld_root)
 
 
-# -- the agent -------------------------------------------------------------------------------
+# -- the policy: an agent and its params -------------------------------------------------------
 @dataclasses.dataclass
-class Agent:
-    """A trainer built for playing (tokenizer, model, interface) and the params to use."""
+class Policy:
+    """An agent (``agents.base.Agent``: tokenizer, model, interface) and the params it plays."""
 
-    trainer: Any
+    agent: Agent
     params: Any
     source: str         # "checkpoint <dir> step N (phase)" or "imported <folder>"
     step: int = 0       # training step of the params (TensorBoard x-axis of the eval scalars)
@@ -98,51 +98,42 @@ def with_imported_model(c: ml_collections.ConfigDict, **model: Any) -> ml_collec
     return c
 
 
-def load_agent(c: ml_collections.ConfigDict, workdir: str) -> Agent:
-    """The agent of ``c`` with the params of the latest checkpoint under ``workdir``.
+def load_policy(c: ml_collections.ConfigDict, workdir: str) -> Policy:
+    """The agent of ``c`` with the policy of the newest checkpoint under ``workdir``.
 
-    ``c`` must be the run's own config (same model preset, interface, estimator), so that the
-    restored pytree matches; the game-text tokenizer is read from ``workdir/tokenizer``. No
-    training data is built (``training=False``).
+    ``c`` must be the run's own model preset and interface, so that the restored params match
+    (only the policy is read: the estimator, optimizer and critic may differ); the game-text
+    tokenizer is read from ``workdir/tokenizer``. No training data is built.
     """
-    if c.model.init == "scratch" and not os.path.exists(os.path.join(workdir, "tokenizer",
-                                                                     "tokenizer.json")):
-        raise FileNotFoundError(f"{workdir}/tokenizer is missing; the checkpoint's game-text "
-                                "tokenizer is needed to evaluate it (train first: "
-                                "experiments/train.py, or pass --hf_path/--smollm2).")
-    plugins.import_plugins(c.imports)   # the run's registered estimator, family, interface
-    trainer = trainer_class(c.policy.interface)(c, workdir, training=False)
-    try:
-        params, meta = trainer.restore_policy()
-    finally:
-        trainer.ckpt.close()
-    return Agent(trainer, params,
-                 f"checkpoint {workdir} (index {meta['ckpt_index']}, phase {meta['phase']}, "
-                 f"RL iteration {meta['iteration']})",
-                 step=int(meta["sft_step"]) + int(meta["iteration"]))
+    plugins.import_plugins(c.imports)   # the run's registered family, interface
+    agent = agent_class(c.policy.interface)(c, workdir)
+    params, meta = agent.restore_params()
+    return Policy(agent, params,
+                  f"checkpoint {workdir} (index {meta['ckpt_index']}, phase {meta['phase']}, "
+                  f"RL iteration {meta['iteration']})",
+                  step=int(meta["sft_step"]) + int(meta["iteration"]))
 
 
-def load_imported_agent(c: ml_collections.ConfigDict, workdir: str, *, hf_path: str = "",
-                        smollm2: bool = False) -> Agent:
+def load_imported_policy(c: ml_collections.ConfigDict, workdir: str, *, hf_path: str = "",
+                         smollm2: bool = False) -> Policy:
     """A Hugging Face folder (or the bundled SmolLM2-135M GGUF) with the free-text interface."""
     if bool(hf_path) == bool(smollm2):
         raise ValueError("Give exactly one of hf_path or smollm2=True.")
     model = dict(init="smollm2", hf_path="") if smollm2 else dict(init="hf", hf_path=hf_path)
-    trainer = trainer_class("generate")(with_imported_model(c, **model), workdir, training=False)
-    trainer.ckpt.close()
-    return Agent(trainer, trainer.init_params(jax.random.key(0)),
-                 f"imported {'SmolLM2-135M-Instruct (GGUF)' if smollm2 else hf_path}")
+    agent = agent_class("generate")(with_imported_model(c, **model), workdir)
+    return Policy(agent, agent.init_params(jax.random.key(0)),
+                  f"imported {'SmolLM2-135M-Instruct (GGUF)' if smollm2 else hf_path}")
 
 
 # -- playing and per-turn traces ------------------------------------------------------------
-def play_tasks(agent: Agent, pool, tasks: Sequence[Task], *, samples: int, budget: int,
+def play_tasks(policy: Policy, pool, tasks: Sequence[Task], *, samples: int, budget: int,
                greedy: bool, seed: int, stream: int = 0) -> list[Trajectory]:
-    """``samples`` episodes per task at turn budget ``budget``: the trainer's own evaluation
-    player (``AgentTrainer.play_tasks``), so a checkpoint evaluated here and by the trainer at
-    the same seed plays the same episodes."""
-    return agent.trainer.play_tasks(agent.params, pool, tasks, samples=samples, budget=budget,
-                                    greedy=greedy, seed=seed, stream=stream,
-                                    desc=f"{'greedy' if greedy else 'sampled'} T={budget}")
+    """``samples`` episodes per task at turn budget ``budget``: the agent's evaluation player
+    (``agents.base.Player.play_tasks``), the one its trainer uses too, so a checkpoint evaluated
+    here and by the trainer at the same seed plays the same episodes."""
+    return policy.agent.play_tasks(policy.params, pool, tasks, samples=samples, budget=budget,
+                                   greedy=greedy, seed=seed, stream=stream,
+                                   desc=f"{'greedy' if greedy else 'sampled'} T={budget}")
 
 
 @dataclasses.dataclass
@@ -160,7 +151,7 @@ class EvalResult:
     n_tasks: int
 
 
-def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts: Sequence[int],
+def evaluate_policy(policy: Policy, tasks: Sequence[Task], *, ks: Sequence[int], ts: Sequence[int],
                    samples: int, mode: str = "single_run", name: str = "eval",
                    seed: int = 0) -> EvalResult:
     """Greedy success, Pass@(K,T) in ``mode`` and per-turn diagnostics on ``tasks``."""
@@ -171,15 +162,14 @@ def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts
                          "episodes per task; raise --samples or drop the larger K.")
     if not tasks:
         raise ValueError(f"game set {name!r} has no tasks.")
-    tr = agent.trainer
-    c = tr.c
+    c = policy.agent.c
     t_max = int(max(ts))
-    pool = EnvPool(data.env_spec(c, admissible=tr.needs_admissible),
+    pool = EnvPool(game_sets.env_spec(c, admissible=policy.agent.needs_admissible),
                    num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
     try:
-        greedy = play_tasks(agent, pool, tasks, samples=1, budget=t_max, greedy=True, seed=seed)
+        greedy = play_tasks(policy, pool, tasks, samples=1, budget=t_max, greedy=True, seed=seed)
         if mode == "single_run":
-            played = play_tasks(agent, pool, tasks, samples=samples, budget=t_max, greedy=False,
+            played = play_tasks(policy, pool, tasks, samples=samples, budget=t_max, greedy=False,
                                 seed=seed)
             res = passk.estimate_pass_at_k_t(outcomes.by_task(played), ks, ts,
                                              mode="single_run", seed=seed)
@@ -187,7 +177,7 @@ def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts
             by_budget: dict[int, dict[str, list]] = {}
             played = []
             for stream, t in enumerate(sorted(set(int(t) for t in ts))):
-                eps = play_tasks(agent, pool, tasks, samples=samples, budget=t, greedy=False,
+                eps = play_tasks(policy, pool, tasks, samples=samples, budget=t, greedy=False,
                                  seed=seed, stream=stream)
                 by_budget[t] = outcomes.by_task(eps)
                 if t == t_max:
@@ -198,7 +188,7 @@ def evaluate_agent(agent: Agent, tasks: Sequence[Task], *, ks: Sequence[int], ts
     traces = replay_traces(c.env.family, tasks, played, t_max)
     logging.info("evaluated %s: greedy success %.3f, Pass@(1,%d) %.3f", name,
                  np.mean([t.won for t in greedy]), t_max, res.mean_KT[0, -1])
-    return EvalResult(name, agent.source, mode, outcomes.success_summary(greedy), res, traces, t_max,
+    return EvalResult(name, policy.source, mode, outcomes.success_summary(greedy), res, traces, t_max,
                       samples, len(tasks))
 
 
@@ -292,53 +282,3 @@ def write_eval_report(result: EvalResult, out_dir: str, step: int = 0) -> str:
 def out_dir_name(name: str) -> str:
     """``eval_<name>`` with the set name made filesystem-safe."""
     return "eval_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
-
-
-# -- evaluations of given params (the studies: start and end policies of one run) -----------
-def greedy_summary(trainer: Any, params: Any, pool, tasks: Sequence[Task], *, budget: int,
-                   seed: int) -> dict[str, Any]:
-    """Greedy success on ``tasks`` with each game's outcome (``outcomes.success_summary``),
-    played by the trainer's own evaluation player."""
-    return outcomes.success_summary(trainer.play_tasks(params, pool, tasks, samples=1,
-                                                       budget=budget, greedy=True, seed=seed,
-                                                       desc=f"greedy T={budget}"))
-
-
-def forced_action_probe(trainer: Any, params: Any, pool, tasks: Sequence[Task], *, turn: int,
-                        command: str, budget: int, seed: int) -> dict[str, Any]:
-    """Greedy success when every episode plays ``command`` at turn ``turn`` (0-based) instead
-    of its own choice, then goes on greedily: how the policy recovers from an action it did not
-    choose, on every game alike (no selection by the policy's own errors). The trainer's
-    forced action is reset after."""
-    trainer.set_forced_action((int(turn), str(command)))
-    try:
-        out = greedy_summary(trainer, params, pool, tasks, budget=budget, seed=seed)
-    finally:
-        trainer.set_forced_action(None)
-    return {"turn": int(turn), "command": command, **out}
-
-
-def passkt_grid(trainer: Any, params: Any, pool, tasks: Sequence[Task], *, ks: Sequence[int],
-                ts: Sequence[int], samples: int, stated: bool, seed: int) -> dict[str, Any]:
-    """Pass@(K,T) (``passk.grid_json``: means, intervals, per-task values) in the mode that
-    matches the prompt: not stating the budget, one sampled run per episode at max(ts) read at
-    every T ("single_run"); stating it, a separate run at every T whose prompts state T
-    ("per_budget"). The trainer's prompts are set accordingly and left as they were after."""
-    if samples < max(ks):
-        raise ValueError(f"samples={samples} < max(ks)={max(ks)}: Pass@K needs at least K "
-                         "episodes per task.")
-    before = bool(trainer.c.policy.state_budget)
-    trainer.set_state_budget(stated)
-    try:
-        if not stated:
-            eps = trainer.play_tasks(params, pool, tasks, samples=samples, budget=max(ts),
-                                     greedy=False, seed=seed, desc=f"sampled T={max(ts)}")
-            return passk.grid_json(outcomes.by_task(eps), ks, ts, mode="single_run")
-        by_budget = {}
-        for stream, t in enumerate(sorted(set(int(t) for t in ts))):
-            eps = trainer.play_tasks(params, pool, tasks, samples=samples, budget=t, greedy=False,
-                                     seed=seed, stream=stream, desc=f"sampled T={t}, stated")
-            by_budget[t] = outcomes.by_task(eps)
-        return passk.grid_json(by_budget, ks, ts, mode="per_budget")
-    finally:
-        trainer.set_state_budget(before)
