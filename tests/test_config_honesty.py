@@ -59,20 +59,20 @@ def test_config_tracking_sees_unread_fields():
 
 @pytest.mark.parametrize("field", ["window", "history"])
 def test_free_text_interface_refuses_scoring_fields(field, tmp_path):
-    from meowjax.trainers.text_trainer import TextTrainer
+    from meowjax.trainers.loop import AgentTrainer
     c = config_tracking.smoke_config("swe_tiny", str(tmp_path / "games"))
     c.unlock()
     setattr(c.policy, field, 1 if field == "window" else True)
     c.lock()
     with pytest.raises(ValueError, match="policy.window / policy.history"):
-        TextTrainer(c, str(tmp_path / "run"))
+        AgentTrainer(c, str(tmp_path / "run"))
 
 
 def test_free_text_interface_refuses_a_stated_budget(tmp_path):
-    from meowjax.trainers.text_trainer import TextTrainer
+    from meowjax.trainers.loop import AgentTrainer
     c = config_tracking.smoke_config("swe_tiny", str(tmp_path / "games"))
     c.unlock()
     c.policy.state_budget = True
     c.lock()
     with pytest.raises(ValueError, match="policy.state_budget is for policy.interface='score'"):
-        TextTrainer(c, str(tmp_path / "run"))
+        AgentTrainer(c, str(tmp_path / "run"))

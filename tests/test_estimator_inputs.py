@@ -7,7 +7,7 @@ import pytest
 
 from meowjax import rl
 from meowjax.trainers import estimator_inputs
-from meowjax.trainers.score_trainer import ScoreTrainer
+from meowjax.trainers.loop import AgentTrainer
 from tests.test_trainers import tiny_config
 
 B, L = 4, 6
@@ -101,7 +101,7 @@ def test_estimator_inputs_the_trainer_provides_them(registries, tiny_games_dir, 
     rl.register_estimator(rl.EstimatorSpec(name="turns_adv", fn=_turns_as_advantage,
                                            needs=("turns_B",)))
     c = tiny_config(tiny_games_dir, estimator="turns_adv", minibatch_rows=16)
-    trainer = ScoreTrainer(c, str(tmp_path))
+    trainer = AgentTrainer(c, str(tmp_path))
     attached = []
     attach = trainer.attach
 
@@ -119,4 +119,4 @@ def test_estimator_inputs_the_trainer_provides_them(registries, tiny_games_dir, 
             assert not adv_EX[e, n:].any()
     with pytest.raises(ValueError, match="needs the estimator inputs"):
         estimator_inputs.PROVIDERS.clear()
-        ScoreTrainer(c, str(tmp_path / "unprovided"))
+        AgentTrainer(c, str(tmp_path / "unprovided"))

@@ -25,8 +25,7 @@ import pytest
 from configs import default
 from meowjax import rl
 from meowjax.envs import registry
-from meowjax.trainers.score_trainer import ScoreTrainer
-from meowjax.trainers.text_trainer import TextTrainer
+from meowjax.trainers.loop import AgentTrainer
 from tests import learning_env
 
 ESTIMATORS = ("gae", "turn_gae", "grpo", "rloo", "gigpo", "remax", "rft")
@@ -85,7 +84,7 @@ def chest():
 
 
 def run_learning(c, workdir):
-    trainer = (TextTrainer if c.policy.interface == "generate" else ScoreTrainer)(c, workdir)
+    trainer = AgentTrainer(c, workdir)
     out = trainer.run()
     start, final = out["evals"]["start"], out["evals"]["final"]
     # Sampled success: Pass@1 at the 2-turn budget over num_samples episodes per game.

@@ -1,6 +1,6 @@
 """Plugins from the command line (`--config.imports`): a module outside meowjax registers an
-advantage estimator, an environment family and a policy interface, and `experiments/train.py`
-trains with all three by name. `pytest -k plugins`."""
+advantage estimator, an environment family, a policy loss and an action interface, and
+`experiments/train.py` trains with all four by name. `pytest -k plugins`."""
 import json
 import os
 import subprocess
@@ -17,9 +17,8 @@ PLUGIN = textwrap.dedent('''
     import os
 
     from meowjax.envs import families, registry
-    from meowjax.rl import estimators
-    from meowjax.trainers import registry as interfaces
-    from meowjax.trainers.score_trainer import ScoreTrainer
+    from meowjax.rl import estimators, policy_losses
+    from meowjax.trainers import interfaces
 
     MARKS = os.environ["PLUGIN_MARKS"]
 
@@ -39,15 +38,26 @@ PLUGIN = textwrap.dedent('''
 
     estimators.register_estimator(dataclasses.replace(_RLOO, name="my_rloo", fn=leave_one_out))
     registry.register_family(dataclasses.replace(families.TEXTWORLD, name="my_textworld"))
+    _CISPO = policy_losses.get_policy_loss("cispo")
 
 
-    class MyScorer(ScoreTrainer):
-        def check_config(self):
-            mark("interface")
-            super().check_config()
+    def my_cispo(*args, **kwargs):
+        mark("policy_loss")   # at trace time
+        return _CISPO.fn(*args, **kwargs)
 
 
-    interfaces.register_interface("my_score", MyScorer)
+    policy_losses.register_policy_loss(dataclasses.replace(_CISPO, name="my_cispo", fn=my_cispo))
+
+
+    _SCORE = interfaces.get_interface("score")
+
+
+    def sft_rows(agent, expert):
+        mark("interface")
+        return _SCORE.sft_rows(agent, expert)
+
+
+    interfaces.register_interface(dataclasses.replace(_SCORE, name="my_score", sft_rows=sft_rows))
 ''')
 
 
@@ -73,11 +83,12 @@ def test_plugins_train_through_the_entry_point(tiny_games_dir, tmp_path):
     cmd = [sys.executable, "-m", "experiments.train", "--config=configs/default.py:smoke=True",
            "--config.imports=my_meowjax_plugin", "--config.rl.estimator=my_rloo",
            "--config.env.family=my_textworld", "--config.policy.interface=my_score",
+           "--config.rl.policy_loss=my_cispo",
            f"--config.games.cache_dir={tiny_games_dir}", f"--workdir={workdir}",
            "--compile_cache="]
     done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(os.listdir(marks)) == ["estimator", "interface"]
+    assert sorted(os.listdir(marks)) == ["estimator", "interface", "policy_loss"]
     evals = json.load(open(workdir / "evals.json"))
     assert evals["final"]["eval"]["n"] == 3   # trained and evaluated to the end
     report = open(workdir / "report.md").read()

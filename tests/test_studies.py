@@ -255,8 +255,8 @@ def _ref_params(c, workdir, training=False):
         from meowjax.agents.registry import agent_class
         ref, meta = agent_class(c.policy.interface)(c, workdir).restore_params(ref=True)
         return jax.device_get(ref), meta
-    from meowjax.trainers.registry import trainer_class
-    trainer = trainer_class(c.policy.interface)(c, workdir)
+    from meowjax.trainers.loop import AgentTrainer
+    trainer = AgentTrainer(c, workdir)
     try:
         _, ref, meta = trainer.restore_state()
         return jax.device_get(ref), meta

@@ -326,13 +326,13 @@ def test_tis_score_trainer_bf16_auto_runs_with_the_trainer_pi_old(tiny_games_dir
     """A bf16 model with rl.tis="auto": the trainer resolves it to "truncate", recomputes pi_old
     before each update (the pre-update pass runs although no KL or critic needs it) and logs
     the ratio and clipped share."""
-    from meowjax.trainers.score_trainer import ScoreTrainer
+    from meowjax.trainers.loop import AgentTrainer
     from tests.test_trainers import tiny_config
     c = tiny_config(tiny_games_dir, estimator="rloo", minibatch_rows=16, kl_coef=0.0)
     c.unlock()
     c.model.overrides = dict(dtype="bfloat16")
     c.lock()
-    trainer = ScoreTrainer(c, str(tmp_path))
+    trainer = AgentTrainer(c, str(tmp_path))
     assert trainer.objective.tis == "truncate" and not trainer.needs_ref
     out = trainer.run()
     assert out["rl_iters"] == 2

@@ -29,7 +29,7 @@ _SCRIPT = textwrap.dedent(
     from jax.sharding import PartitionSpec as P
     from configs import default
     from meowjax.trainers import loop, rl_iteration
-    from meowjax.trainers.score_trainer import ScoreTrainer
+    from meowjax.trainers.loop import AgentTrainer
 
     games_dir, workdir, axes, out_path = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
 
@@ -59,12 +59,12 @@ _SCRIPT = textwrap.dedent(
     out = {"devices": jax.device_count(), "bad_rows": "not tried"}
     if jax.device_count() > 1:  # raised before any game or model is built
         try:
-            ScoreTrainer(config(minibatch_rows=6), workdir + "_bad")
+            AgentTrainer(config(minibatch_rows=6), workdir + "_bad")
             out["bad_rows"] = "no error"
         except ValueError as e:
             out["bad_rows"] = str(e)
 
-    t = ScoreTrainer(config(estimator="gae", minibatch_rows=8), workdir)
+    t = AgentTrainer(config(estimator="gae", minibatch_rows=8), workdir)
     out["setup_s"] = time.time() - t0
     out["mesh"] = dict(t.mesh.shape)
     leaves = jax.tree.leaves
@@ -115,7 +115,7 @@ _SCRIPT = textwrap.dedent(
     out["step_spec"] = str(state.step.sharding.spec)
     rollout = t.place.batch(t.pack(t.sft_rows[:4], t.batch_rows, "rollout"))
     out["score_logp"] = np.asarray(
-        t.score_fn(state.params, rollout, np.float32(1.0)))[:4].tolist()
+        t.agent.score_fn(state.params, rollout, np.float32(1.0)))[:4].tolist()
     out["batch_spec"] = str(rollout["tokens"].sharding.spec)
 
     meta = {"phase": loop.RL, "sft_step": 2, "iteration": 1, "ckpt_index": 0, "evals": {}}

@@ -9,8 +9,7 @@ import pytest
 from benchmarks.rollout import CompileCounter
 from configs import default
 from meowjax.trainers import data, loop
-from meowjax.trainers.score_trainer import ScoreTrainer
-from meowjax.trainers.text_trainer import TextTrainer
+from meowjax.trainers.loop import AgentTrainer
 from tests import config_tracking
 
 
@@ -39,7 +38,7 @@ def _leaves_differ(a, b):
 def test_score_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
     c = tiny_config(tiny_games_dir, estimator=estimator, minibatch_rows=16)
     tracked = config_tracking.track(c)   # configs/default.py's honesty check rides on this run
-    trainer = ScoreTrainer(tracked, str(tmp_path))
+    trainer = AgentTrainer(tracked, str(tmp_path))
     with CompileCounter() as counter:
         out = trainer.run()
     assert out["rl_iters"] == 2 and out["sft_rows"] > 0
@@ -83,7 +82,7 @@ def test_text_trainer_has_a_pulse(tiny_games_dir, tmp_path, estimator):
     c.unlock()
     c.policy.update(dict(interface="generate", window=None, history=False, max_action_tokens=6))
     c.lock()
-    trainer = TextTrainer(c, str(tmp_path))
+    trainer = AgentTrainer(c, str(tmp_path))
     out = trainer.run()
     assert _leaves_differ(out["state"].params, out["ref"])
     recs = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
@@ -140,7 +139,7 @@ def test_persistent_compile_cache_loads_a_later_process_compile(tmp_path):
 @pytest.mark.slow
 def test_score_trainer_without_kl_or_critic_skips_the_pre_update_pass(tiny_games_dir, tmp_path):
     c = tiny_config(tiny_games_dir, estimator="rloo", minibatch_rows=8, kl_coef=0.0)
-    trainer = ScoreTrainer(c, str(tmp_path))
+    trainer = AgentTrainer(c, str(tmp_path))
     out = trainer.run()
     assert out["rl_iters"] == 2 and "old" not in trainer.shapes_seen
     assert trainer.old_terms._cache_size() == 0
@@ -156,7 +155,7 @@ def test_greedy_member_joins_each_group_and_is_trained_on(tiny_games_dir, tmp_pa
     c.unlock()
     c.rollout.greedy_member = True
     c.lock()
-    trainer = ScoreTrainer(c, str(tmp_path))
+    trainer = AgentTrainer(c, str(tmp_path))
     iters = []   # per RL iteration: its play_share calls and the episodes it updated on
     active = []
     play_share, update_rows, iteration = (trainer.play_share, trainer.update_rows,
@@ -206,12 +205,12 @@ def test_greedy_member_joins_each_group_and_is_trained_on(tiny_games_dir, tmp_pa
 @pytest.mark.slow
 def test_kill_and_resume_equals_uninterrupted(tiny_games_dir, tmp_path):
     c = tiny_config(tiny_games_dir, estimator="rloo", minibatch_rows=8)
-    full = ScoreTrainer(c, str(tmp_path / "full")).run()
+    full = AgentTrainer(c, str(tmp_path / "full")).run()
 
     class Interrupt(Exception):
         pass
 
-    t = ScoreTrainer(c, str(tmp_path / "cut"))
+    t = AgentTrainer(c, str(tmp_path / "cut"))
     original = t._rl_iteration
 
     def one_then_preempt(state, ref, pool, it):
@@ -222,7 +221,7 @@ def test_kill_and_resume_equals_uninterrupted(tiny_games_dir, tmp_path):
     t._rl_iteration = one_then_preempt
     with pytest.raises(loop.Preempted):
         t.run()
-    resumed = ScoreTrainer(c, str(tmp_path / "cut")).run()
+    resumed = AgentTrainer(c, str(tmp_path / "cut")).run()
     for a, b in zip(jax.tree.leaves(full["state"].params), jax.tree.leaves(resumed["state"].params)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     m_full = [json.loads(l) for l in open(tmp_path / "full" / "metrics.jsonl")]
@@ -280,7 +279,7 @@ def test_critic_warmup_fits_the_critic_and_leaves_the_policy(tiny_games_dir, tmp
         # A turn cost: every return is non-zero, even a fresh policy's that never progresses.
         c = tiny_config(tiny_games_dir, estimator="gae", minibatch_rows=8, critic_lr=1e-2,
                         critic_warmup_iters=warm, turn_cost=0.1)
-        return ScoreTrainer(c, str(tmp_path / name))
+        return AgentTrainer(c, str(tmp_path / name))
 
     t = trainer_for("unit", 1)
     state, _, _ = t.restore_state()
@@ -311,5 +310,5 @@ def test_critic_warmup_fits_the_critic_and_leaves_the_policy(tiny_games_dir, tmp
     cold, warm = first_update_error("cold", 0), first_update_error("warm", 3)
     assert warm < cold, (warm, cold)
     with pytest.raises(ValueError, match="has none: set it to 0"):
-        ScoreTrainer(tiny_config(tiny_games_dir, estimator="rloo", critic_warmup_iters=1),
+        AgentTrainer(tiny_config(tiny_games_dir, estimator="rloo", critic_warmup_iters=1),
                      str(tmp_path / "bad"))

@@ -72,12 +72,12 @@ def test_fill_groups_off_returns_the_first_draw_unchanged():
 def test_remax_with_dynamic_sampling_fails_before_any_work(tmp_path):
     """The greedy baseline replaces the group's own spread, which dynamic sampling filters on."""
     from configs import default
-    from meowjax.trainers.score_trainer import ScoreTrainer
+    from meowjax.trainers.loop import AgentTrainer
     c = default.get_config("smoke=True")
     c.unlock()
     c.rl.estimator = "remax"
     c.rollout.dynamic_draws = 1
     c.games.cache_dir = str(tmp_path / "games")
     with pytest.raises(ValueError, match="set rollout.dynamic_draws=0"):
-        ScoreTrainer(c, str(tmp_path / "run"))
+        AgentTrainer(c, str(tmp_path / "run"))
     assert not (tmp_path / "games").exists()   # no games were made

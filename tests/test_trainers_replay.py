@@ -7,7 +7,7 @@ import pytest
 
 from meowjax.rl import objective
 from meowjax.trainers.replay import replay_minibatches
-from meowjax.trainers.score_trainer import ScoreTrainer
+from meowjax.trainers.loop import AgentTrainer
 from tests.test_trainers import tiny_config
 
 
@@ -53,7 +53,7 @@ def test_replay_holds_the_policy_on_the_demonstrations(tiny_games_dir, tmp_path)
         c.unlock()
         c.sft.batch_rows = 2   # the tiny run has a handful of demonstration rows
         c.lock()
-        trainer = ScoreTrainer(c, str(tmp_path / name))
+        trainer = AgentTrainer(c, str(tmp_path / name))
         return trainer, trainer.run()
 
     plain, out_plain = run(0, "plain")

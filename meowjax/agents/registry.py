@@ -1,7 +1,7 @@
 """Agents by interface name (``policy.interface``): each is an ``agents.base.Agent`` subclass.
 
 Classes are imported lazily, so using one interface never imports the other's machinery. A
-trainer's interface (``trainers.registry.register_interface``) registers its agent here too, so
+trainer's interface (``trainers.interfaces.register_interface``) registers its agent here too, so
 a registered interface can be evaluated on its own; ``register_agent`` adds one directly.
 """
 
@@ -35,5 +35,5 @@ def agent_class(name: str):
     """The agent class of interface ``name``; a ValueError lists the known ones."""
     if name not in AGENTS:
         raise ValueError(f"policy.interface={name!r}; choose one of {sorted(AGENTS)} (or "
-                         "register one with meowjax.trainers.registry.register_interface).")
+                         "register one with meowjax.trainers.interfaces.register_interface).")
     return resolve(AGENTS[name])

@@ -2,7 +2,7 @@
 
 Each named module is imported before the run is built, so that what it registers
 (``rl.estimators.register_estimator``, ``envs.registry.register_family``,
-``trainers.registry.register_interface``) is known by name when the config asks for it
+``trainers.interfaces.register_interface``) is known by name when the config asks for it
 (``--config.rl.estimator=...``, ``--config.env.family=...``, ``--config.policy.interface=...``).
 Env worker processes rebuild a registered family from its env class path, so a family's env
 class must live in an importable module (the plugin's own, typically).

@@ -1,4 +1,4 @@
 """meowjax.trainers: the schedule (SFT -> RL -> evaluation) and its jitted steps."""
-from meowjax.trainers.registry import INTERFACES, register_interface, trainer_class
+from meowjax.trainers.interfaces import INTERFACES, Interface, get_interface, register_interface
 
-__all__ = ["INTERFACES", "register_interface", "trainer_class"]
+__all__ = ["INTERFACES", "Interface", "get_interface", "register_interface"]

@@ -1,14 +1,15 @@
 """The agent trainer shared by both action interfaces: what a run is built from.
 
 ``AgentTrainer(c, workdir)`` builds one run: the mesh, the estimator and objective, the game
-sets and expert demonstrations, its agent (``agent_cls``: model, tokenizer, interface, play;
+sets and expert demonstrations, its agent (the interface's: model, tokenizer, interface, play;
 ``meowjax.agents``), the SFT rows, optimizers, shardings and jitted steps. ``run()`` plays the
 schedule, read top to bottom in ``meowjax.trainers.schedule`` (SFT -> evaluation -> RL ->
 evaluation), one RL iteration in ``meowjax.trainers.rl_iteration`` (collect -> old terms ->
 advantages -> update -> replay). Evaluations are ``meowjax.eval.held_out``'s, played through
 the trainer's ``play`` (its agent's).
 
-What differs between interfaces beyond the agent lives in subclasses: the per-unit terms
+What differs between interfaces beyond the agent is a record of functions
+(``trainers.interfaces.Interface``, chosen by ``policy.interface``): the per-unit terms
 (``steps.Units``: a unit is a turn for the scoring interface, a token for free text), how expert
 data becomes rows, and how trajectories become update rows laid out as the ``[E, X]`` matrices
 the estimators read (X = turns or tokens). The losses are ``meowjax.rl.objective``'s, built into
@@ -24,7 +25,6 @@ uninterrupted run does.
 
 from __future__ import annotations
 
-import abc
 import os
 import time
 from typing import Any, Sequence
@@ -34,23 +34,22 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from meowjax.agents.base import Agent, Player
+from meowjax.agents.base import Player
 from meowjax.eval import held_out
 from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
-from meowjax.sharding import make_mesh
 from meowjax.runtime import checkpoint, metrics_log, multihost, placement
 from meowjax.runtime.preemption import Preempted  # noqa: F401  (what a stopped run raises)
-from meowjax.trainers import (data, estimator_inputs, optim, replay, returns, rl_iteration,
-                              schedule, steps)
 from meowjax.runtime.rng import AUGMENT_RNG, host_rng
+from meowjax.sharding import make_mesh
+from meowjax.trainers import (data, estimator_inputs, interfaces, optim, replay, returns,
+                              rl_iteration, schedule, steps)
 from meowjax.trainers.train_state import RL, SFT, TrainerState
 
-class AgentTrainer(TrainerState, Player, abc.ABC):
-    """Owns one run: its agent (``agent_cls``, built here) and what training it needs.
-    Subclasses fill in the interface-specific hooks below."""
 
-    agent_cls: type[Agent]
+class AgentTrainer(TrainerState, Player):
+    """Owns one run: its interface's record (``iface``: ``trainers.interfaces``), its agent
+    (built here) and what training it needs."""
 
     def __init__(self, c: ml_collections.ConfigDict, workdir: str):
         """The run of ``c``, built in four steps a reader can follow one at a time: the mesh
@@ -60,7 +59,7 @@ class AgentTrainer(TrainerState, Player, abc.ABC):
         Several processes (``runtime.multihost``): updates run SPMD on ``mesh``; each process
         plays its share of the episodes on ``rollout_mesh``, its own devices."""
         self.c, self.workdir = c, workdir
-        self.check_config()
+        self.iface = interfaces.get_interface(c.policy.interface)
         self.mesh = make_mesh(c.mesh.axes, jax.devices(), field="config.mesh.axes")
         self.rollout_mesh = multihost.process_submesh(self.mesh)
         placement.check_batch_rows(self.mesh, self.batch_row_fields())
@@ -117,14 +116,14 @@ class AgentTrainer(TrainerState, Player, abc.ABC):
             self.rename = data.task_renamer(c, self.sets)
             sft_tasks = self.sets["sft"][:self.plan["sft_demos"]]
             self.expert = data.expert_data(c, sft_tasks)
-            self.agent = self.agent_cls(c, self.workdir, mesh=self.mesh,
-                                        expert_text=self.tokenizer_text)
+            self.agent = self.iface.agent_cls(c, self.workdir, mesh=self.mesh,
+                                             expert_text=self.tokenizer_text)
         self.tok, self.cfg, self.init_params = (self.agent.tok, self.agent.cfg,
                                                 self.agent.init_params)
         self.place, self.rollout_place = self.agent.place, self.agent.rollout_place
         augmented = data.augmented_experts(c, self.expert, sft_tasks,
                                            host_rng(c.seed, AUGMENT_RNG))
-        self.sft_rows = self.make_sft_rows(self.expert + augmented)
+        self.sft_rows = self.iface.sft_rows(self.agent, self.expert + augmented)
         self.sft_lengths = [len(r["tokens"]) for r in self.sft_rows]   # SFT and replay batches
 
     def _setup_optimizers(self) -> None:
@@ -153,7 +152,9 @@ class AgentTrainer(TrainerState, Player, abc.ABC):
         """The interface's units, the checkpointer, and the jitted steps built once: SFT, PG
         update, replay, critic warm-up, old terms; the metrics writer."""
         c = self.c
-        self.setup_steps()
+        self.units = self.iface.units(self.agent)
+        # rl.tis="auto": truncated importance sampling where the model computes in bf16.
+        self.objective = self.objective.resolve_tis(self.cfg.dtype)
         self.ckpt = checkpoint.Checkpointer(self.workdir, c.checkpoint.max_to_keep)
         self.shapes_seen: dict[str, set[tuple[int, ...]]] = {}
         self.sft_step = steps.make_sft_step(
@@ -178,11 +179,11 @@ class AgentTrainer(TrainerState, Player, abc.ABC):
     # ----- the agent -------------------------------------------------------------------------
     @property
     def interface(self) -> str:
-        return self.agent_cls.interface
+        return self.iface.name
 
     @property
     def needs_admissible(self) -> bool:
-        return self.agent_cls.needs_admissible
+        return self.iface.agent_cls.needs_admissible
 
     @property
     def pad_values(self) -> dict[str, Any]:
@@ -223,53 +224,40 @@ class AgentTrainer(TrainerState, Player, abc.ABC):
                            if "success" in v})
         meta["eval_due"] = False
 
-    # ----- interface hooks -----------------------------------------------------------------
-    def check_config(self) -> None:
-        """Fails, before any work, on config fields this trainer cannot honour (the agent
-        checks its interface's own: ``Agent.check_config``)."""
-
+    # ----- what the interface's record supplies (trainers.interfaces) --------------------------
     def tokenizer_text(self) -> list[dict[str, Any]]:
         """Expert trajectories to train a game-text tokenizer on: the SFT demonstrations, or
         (pure RL) 20 SFT-split games' walkthroughs."""
         return self.expert or data.expert_data(self.c, self.sets["sft"][:20])
 
-    @abc.abstractmethod
-    def setup_steps(self) -> None:
-        """Sets self.units (``steps.Units``) from the agent's model."""
-
     def batch_row_fields(self) -> dict[str, int]:
         """Config fields that fix a device batch's row count (each must divide the batch shards)."""
         return {"sft.batch_rows": self.c.sft.batch_rows,
-                "rl.minibatch_rows": self.c.rl.minibatch_rows}
+                "rl.minibatch_rows": self.c.rl.minibatch_rows,
+                **self.iface.batch_row_fields(self.c)}
 
-    @abc.abstractmethod
-    def make_sft_rows(self, expert: list[dict[str, Any]]) -> list[dict[str, np.ndarray]]:
-        ...
-
-    @abc.abstractmethod
     def rows_per_iter_estimate(self) -> int:
-        ...
+        return self.iface.rows_per_iter(self.c, self.batch_rows)
 
-    @abc.abstractmethod
     def update_rows(self, trajs) -> list[dict[str, np.ndarray]]:
         """Rows for old_terms / pg_step (with ``old_logp`` = the sampling log-probs)."""
+        return self.iface.update_rows(trajs)
 
-    @abc.abstractmethod
     def layout(self, trajs, rows, per_row: Sequence[Any]) -> np.ndarray:
         """Per-row unit values (a scalar per turn row, an array per token row) as ``[E, X]``."""
+        return self.iface.layout(trajs, rows, per_row)
 
-    @abc.abstractmethod
     def matrices(self, trajs, rows) -> estimator_inputs.UnitMatrices:
         """The estimators' built-in ``[E, X]`` matrices of ``trajs`` (rows: ``update_rows``)."""
+        return self.iface.matrices(trajs, rows)
 
-    @abc.abstractmethod
     def attach(self, trajs, rows, adv_EX, ret_EX) -> None:
         """Writes adv / ret from the ``[E, X]`` matrices into ``rows`` (in place)."""
+        self.iface.attach(trajs, rows, adv_EX, ret_EX)
 
     def row_units(self, x_U: np.ndarray, row: dict[str, np.ndarray]) -> np.ndarray:
-        """One row's part of a ``[U]`` per-unit output of a packed batch (token rows: its
-        length; the scoring interface overrides: one unit)."""
-        return x_U[:len(row["tokens"])]
+        """One row's part of a ``[U]`` per-unit output of a packed batch."""
+        return self.iface.row_units(x_U, row)
 
     def pack(self, rows, num_rows: int, purpose: str) -> dict[str, np.ndarray]:
         """Pads rows into a fixed shape; records the shape per purpose (compiles = shapes)."""

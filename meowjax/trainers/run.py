@@ -21,7 +21,7 @@ from meowjax.eval import passk, report
 from meowjax import sharding
 from meowjax.runtime import console, multihost, plugins, preemption, workdir_lock
 from meowjax.trainers import data
-from meowjax.trainers.registry import trainer_class
+from meowjax.trainers.loop import AgentTrainer
 
 
 def provenance(c: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -294,7 +294,7 @@ def run(c: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 os.makedirs(workdir, exist_ok=True)
                 with open(os.path.join(workdir, "provenance.json"), "w", encoding="utf-8") as f:
                     json.dump(provenance(c), f, indent=1)
-            out = trainer_class(c.policy.interface)(c, workdir).run()
+            out = AgentTrainer(c, workdir).run()
         if jax.process_index() != 0:
             return out
         path = write_run_report(c, workdir, out, time.time() - t0)

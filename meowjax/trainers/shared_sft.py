@@ -64,9 +64,9 @@ def run(c: ml_collections.ConfigDict, folder: str) -> dict[str, Any]:
 
 def _train(c, folder: str, fields: dict[str, Any], key: str) -> dict[str, Any]:
     from meowjax.trainers import schedule
-    from meowjax.trainers.registry import trainer_class
+    from meowjax.trainers.loop import AgentTrainer
     from meowjax.trainers.train_state import SFT
-    trainer = trainer_class(c.policy.interface)(c, folder)
+    trainer = AgentTrainer(c, folder)
     try:
         state, _, meta = trainer.restore_state()
         if meta["phase"] != SFT:
