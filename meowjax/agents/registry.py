@@ -17,7 +17,7 @@ AGENTS: dict[str, Any] = {
 
 
 def resolve(target: Any) -> Any:
-    """A class, or the class a "module:Class" path names."""
+    """A class (or record), or the one a "module:Name" path names."""
     if isinstance(target, str):
         module, cls = target.split(":")
         target = getattr(importlib.import_module(module), cls)

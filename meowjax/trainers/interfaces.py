@@ -27,7 +27,6 @@ other's machinery.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable, Sequence
 
 import ml_collections
@@ -88,8 +87,4 @@ def get_interface(name: str) -> Interface:
     if name not in INTERFACES:
         raise ValueError(f"policy.interface={name!r}; choose one of {sorted(INTERFACES)} (or "
                          "register one with meowjax.trainers.interfaces.register_interface).")
-    target = INTERFACES[name]
-    if isinstance(target, str):
-        module, attr = target.split(":")
-        target = getattr(importlib.import_module(module), attr)
-    return target
+    return agents.resolve(INTERFACES[name])   # a record, or its "module:NAME" path
