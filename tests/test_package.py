@@ -30,14 +30,18 @@ def test_envs_never_import_jax():
 
 
 def test_import_directions():
-    """rl and models depend on nothing of ours; envs only on itself; no cycles upward."""
+    """rl and models depend on nothing of ours; envs only on itself; no cycles upward: agents
+    play (models, rollout, envs, the runtime's placement and checkpoints), evaluation plays
+    agents and never imports a trainer."""
+    low = {"rl", "models", "envs", "rollout", "sharding", "runtime"}
     allowed = {
         "rl": {"rl"},
         "models": {"models"},
         "envs": {"envs"},
         "sharding": {"sharding", "models"},
         "rollout": {"rollout", "models", "envs", "sharding"},
-        "eval": {"eval", "rl", "models", "envs", "rollout", "sharding"},
+        "agents": {"agents"} | low,
+        "eval": {"eval", "agents"} | low,
     }
     for pkg, ok in allowed.items():
         for path in (ROOT / pkg).rglob("*.py"):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 
 import ml_collections
+from absl import logging
 
 from meowjax.envs import registry
 from meowjax.envs.base import Task
 from meowjax.envs.registry import EnvSpec
-from meowjax.runtime import console
 
 
 def env_spec(c: ml_collections.ConfigDict, *, admissible: bool) -> EnvSpec:
@@ -49,7 +49,7 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
                          f"{list(registry.OPTIONAL_TASK_SETS)}.")
     for name in registry.OPTIONAL_TASK_SETS:
         sets.setdefault(name, [])
-    console.info("games (%s): %s, in %.1f s", family.name,
+    logging.info("games (%s): %s, in %.1f s", family.name,
                  ", ".join(f"{name} {len(tasks)}" for name, tasks in sets.items() if tasks),
                  time.time() - t0)
     return sets
