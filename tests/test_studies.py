@@ -4,6 +4,7 @@ defined here) end to end at smoke size."""
 import json
 import math
 import os
+import pathlib
 import re
 import shutil
 
@@ -153,6 +154,59 @@ def test_studies_report_with_a_missing_seed_and_a_broken_cell(tmp_path):
     (results / "toy" / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="bad.json is not a study cell record"):
         studies_report.write_document(str(results), str(doc), [TOY])
+
+
+def test_studies_words_readme_findings_and_prose_numbers_come_from_the_tables(tmp_path):
+    """The README's findings are templated from the same numbers as the tables; prose quoting
+    a number no table prints stops the report, naming it, and writes nothing."""
+    from meowjax.eval import study_words
+    results = tmp_path / "results"
+    _write_toy(results)
+    doc, readme = tmp_path / "results.md", tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{study_words.BEGIN}\nold\n{study_words.END}\n\ntail\n")
+    studies_report.write_document(str(results), str(doc), [TOY], readme=str(readme))
+    md, text = doc.read_text(), readme.read_text()
+    line = text.split(study_words.BEGIN)[1].split(study_words.END)[0]
+    assert "old" not in line and text.endswith("\n\ntail\n") and "(results.md)" in line
+    # A's RL gain (+0.812, its two-stage interval) is the arms table's, and A's "above zero"
+    # comparison is listed; A - B is inconclusive, as in the comparisons table.
+    flat = " ".join(line.split())
+    assert f"A {row(md, 'A')[4]}" in flat and "**Q0 a toy question** (`toy`, 3 of 3" in flat
+    # Between arms: A - B inconclusive (success and curve area), A - C RL inert; within A: the
+    # RL gain above zero, the recovery change inconclusive (the comparisons table's verdicts).
+    assert row(md, "success (hard): A − B")[4].startswith("inconclusive")
+    assert "Between arms: 2 inconclusive, 1 RL inert here." in flat
+    assert "After − before RL: 1 above zero, 1 inconclusive (conclusive: success (hard))" in flat
+    assert study_words.numbers(line) <= study_words.numbers(md)
+    # Prose: a number the tables print passes; one they do not stops the report.
+    good = md.replace("<!-- prose:toy -->\n_Prose to be written once the cells have run: what "
+                      "the numbers show._", "<!-- prose:toy -->\nA gains +0.812.")
+    doc.write_text(good)
+    studies_report.write_document(str(results), str(doc), [TOY])
+    doc.write_text(good.replace("A gains +0.812.", "A gains +0.81 and 0.777."))
+    with pytest.raises(ValueError, match=r"prose:toy quotes 0.777, 0.81.*nothing was written"):
+        studies_report.write_document(str(results), str(doc), [TOY])
+    assert "A gains +0.81 and 0.777." in doc.read_text()            # left as it was
+    assert study_words.numbers("x +0.131, -0.006, 1.5x v2.0 1.2.3 and 0.2.") == {
+        "0.131", "-0.006", "0.2"}
+    assert not study_words.write_findings(str(doc.parent / "results.md"), ["x"])   # no markers
+
+
+def test_studies_readme_findings_are_what_the_report_writes_from_the_committed_cells(tmp_path):
+    """The README's findings list is the report's, from docs/results/ as committed: rerun
+    `python -m experiments.studies --report` after adding cells."""
+    from experiments import studies
+    from meowjax.eval import study_cells, study_words
+    readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+    copy = tmp_path / "README.md"
+    shutil.copy(readme, copy)
+    runner = studies.runner
+    loaded = study_cells.load_cells(str(readme.parent / runner.RESULTS_DIR),
+                                    list(studies.STUDIES))
+    assert study_words.write_findings(str(copy), study_words.findings(loaded,
+                                                                      runner.with_seeds()),
+                                      runner.DOCUMENT)
+    assert copy.read_text() == readme.read_text(), "rerun: python -m experiments.studies --report"
 
 
 def test_studies_plan_on_the_real_definitions():

@@ -46,6 +46,7 @@ SCHEMA = 2     # 2: the default run's RL phase, 200 games per difficulty (1: the
 RESULTS_DIR = "docs/results"
 SFT_DIR = "_sft"     # <workdir>/_sft/<key>/: the SFT runs shared by cells
 DOCUMENT = "docs/results.md"
+README = "README.md"   # its findings list (between markers) is written with the document
 
 
 STUDIES: dict[str, Study] = {}   # name -> definition; the package fills it from its files
@@ -363,6 +364,7 @@ def main(argv):
             print(e, file=sys.stderr, flush=True)
             sys.exit(1)
     if F.report:
-        path = studies_report.write_document(results_dir, document, with_seeds(seeds))
+        path = studies_report.write_document(results_dir, document, with_seeds(seeds),
+                                             readme=README if document == DOCUMENT else None)
         print(f"wrote {path}")
 

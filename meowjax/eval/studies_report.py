@@ -25,6 +25,7 @@ import numpy as np
 from meowjax.eval import plots, report
 from meowjax.eval import study_spec as spec
 from meowjax.eval import study_stats as ss
+from meowjax.eval import study_words
 from meowjax.eval.study_cells import Cells, auc, curve_values, grid, load_cells, success
 
 RULE = ("A comparison's verdict: **agrees** when its intervals (over seeds, Student's t; and, "
@@ -230,9 +231,12 @@ def scale_section(d: Doc, loaded: Mapping[str, Cells], studies: Sequence[spec.St
              "commits (+: uncommitted changes)"], rows)
 
 
-def write_document(results_dir: str, document: str, studies: Sequence[spec.Study]) -> str:
-    """Writes the results document (and its plots under ``<results_dir>/plots``); returns its
-    path."""
+def write_document(results_dir: str, document: str, studies: Sequence[spec.Study],
+                   readme: str | None = None) -> str:
+    """Writes the results document (and its plots under ``<results_dir>/plots``) and, given a
+    ``readme`` with findings markers, its templated findings (``study_words``); returns the
+    document's path. A prose block quoting a number no generated part prints stops it before
+    anything is written (``study_words.check_prose``)."""
     loaded = load_cells(results_dir, [st.name for st in studies])
     d = Doc(document, os.path.join(results_dir, "plots"), kept_prose(document))
     for old in d.plot_dir.glob("*_curves.png"):    # every plot is drawn again (or is gone)
@@ -247,6 +251,11 @@ def write_document(results_dir: str, document: str, studies: Sequence[spec.Study
     scale_section(d, loaded, studies)
     for st in studies:
         study_section(d, st, loaded.get(st.name, {}))
+    generated = "\n".join(p for p in d.parts if not p.startswith("<!-- prose:"))
+    study_words.check_prose(d.kept, generated)
+    if readme is not None:
+        rel = os.path.relpath(document, os.path.dirname(readme) or ".").replace(os.sep, "/")
+        study_words.write_findings(readme, study_words.findings(loaded, studies), rel)
     pathlib.Path(document).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(document).write_text("\n\n".join(d.parts) + "\n", encoding="utf-8")
     return document
