@@ -45,7 +45,8 @@ from matplotlib.figure import Figure
 
 from configs import default, textworld_fixed_budget
 from meowjax.eval import evaluate
-from meowjax.trainers import data, run
+from meowjax.envs import game_sets
+from meowjax.trainers import run
 
 logging.set_verbosity(logging.WARNING)
 WORKDIR = os.environ.get("MEOWJAX_NOTEBOOK_WORKDIR", "/tmp/meowjax_notebook")
@@ -68,7 +69,7 @@ print(f"games {c.games.world_size}-{c.games.nb_objects}-{c.games.quest_length}, 
 # Train / SFT / held-out sets from disjoint seed ranges (cached on disk; the trainer reuses them).
 
 # %%
-sets = data.game_sets(c)
+sets = game_sets.game_sets(c)
 for name, tasks in sets.items():
     print(f"{name:10s} {len(tasks):3d} games, e.g. {tasks[0].task_id if tasks else '-'}")
 

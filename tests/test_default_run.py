@@ -9,9 +9,10 @@ import pytest
 from benchmarks.rollout import CompileCounter
 from configs import default
 from meowjax.agents.score import ScoreAgent
+from meowjax.envs import game_sets
 from meowjax.envs.pool import EnvPool
 from meowjax.eval import held_out, seed_summary
-from meowjax.trainers import data, run
+from meowjax.trainers import run
 from tests import config_tracking, golden
 
 
@@ -66,8 +67,8 @@ def test_default_smoke_run_end_to_end(default_smoke):
     md = open(f"{workdir}/report.md").read()
     first = md.split("\n## ")[1]
     assert first.startswith("RL's gain by difficulty")
-    for split in data.HELD_OUT:
-        assert f"| {data.set_difficulty(c, split)} (" in first
+    for split in game_sets.HELD_OUT:
+        assert f"| {game_sets.set_difficulty(c, split)} (" in first
     assert md.split("\n## ")[2].startswith("Learning curve: greedy success on 2 held-out")
 
     prov = json.load(open(f"{workdir}/provenance.json"))
@@ -81,9 +82,9 @@ def test_default_smoke_run_end_to_end(default_smoke):
     # A fresh agent from the run's checkpoint (new jitted programs): the first curve point
     # compiles, later points with other weights add no compile, and the points replay the run's.
     agent = ScoreAgent(c, workdir)
-    curve_games = data.game_sets(c)["curve"]
+    curve_games = game_sets.game_sets(c)["curve"]
     final_params, _ = agent.restore_params()
-    with EnvPool(data.env_spec(c, admissible=True), num_workers=1) as pool:
+    with EnvPool(game_sets.env_spec(c, admissible=True), num_workers=1) as pool:
         with CompileCounter() as first_call:
             start_point = held_out.curve_point(agent, out["ref"], pool, curve_games, c, 0)
         with CompileCounter() as later:

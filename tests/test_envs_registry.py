@@ -210,6 +210,7 @@ def test_family_defined_in_a_test_runs_in_an_env_pool(corridor, num_workers):
 @pytest.mark.slow
 def test_family_from_a_test_file_trains_through_the_smoke_schedule(corridor, tmp_path):
     from configs import default
+    from meowjax.envs import game_sets
     from meowjax.trainers import data, run
 
     c = default.get_config("smoke=True")
@@ -218,7 +219,7 @@ def test_family_from_a_test_file_trains_through_the_smoke_schedule(corridor, tmp
     c.games.update(dict(num_train=4, num_sft=3, num_eval=3, num_eval_hard=2,
                         cache_dir=str(tmp_path / "games")))
     c.lock()
-    assert data.difficulty_name(c, True) == "corridor 4-5 rooms"
+    assert game_sets.difficulty_name(c, True) == "corridor 4-5 rooms"
     assert data.augmented_experts(c, [{}], [], np.random.default_rng(0)) == []
     out = run.run(c, str(tmp_path))
     assert out["rl_iters"] >= 1

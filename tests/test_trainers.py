@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.rollout import CompileCounter
 from configs import default
+from meowjax.envs import game_sets
 from meowjax.trainers import data, loop
 from meowjax.trainers.loop import AgentTrainer
 from tests import config_tracking
@@ -285,7 +286,7 @@ def test_critic_warmup_fits_the_critic_and_leaves_the_policy(tiny_games_dir, tmp
     state, _, _ = t.restore_state()
     rl_state = t._rl_state(state.params)
     before = jax.tree.map(np.array, jax.device_get(rl_state))   # copies: the step donates
-    pool = EnvPool(data.env_spec(t.c, admissible=True), num_workers=1)
+    pool = EnvPool(game_sets.env_spec(t.c, admissible=True), num_workers=1)
     try:   # two iterations: the critic's learning rate warms up from 0 at its first step
         after, m = t._rl_iteration(rl_state, before.params, pool, 0, critic_only=True)
         after, m = t._rl_iteration(after, before.params, pool, 1, critic_only=True)

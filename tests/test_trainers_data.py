@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from meowjax.agents.text import system_prompt
-from meowjax.envs import families
+from meowjax.envs import families, game_sets
 from meowjax.envs.registry import EnvSpec
 from meowjax.rollout import chat
 from meowjax.trainers import data
@@ -15,7 +15,7 @@ def test_rl_pool_mixes_training_and_harder_games(tiny_games_dir):
     c = tiny_config(tiny_games_dir)
     c.unlock()
     c.games.update(dict(num_train=2, num_train_hard=1, num_sft=1))
-    sets = data.game_sets(c)
+    sets = game_sets.game_sets(c)
     assert [t.meta["difficulty"] for t in sets["train"]] == ["w1-o2-q2", "w1-o2-q2", "w1-o3-q3"]
     assert {t.split for t in sets["train"]} == {"train"}
     assert "train_hard" not in sets
@@ -23,7 +23,7 @@ def test_rl_pool_mixes_training_and_harder_games(tiny_games_dir):
     assert held_out and not held_out & {t.task_id for t in sets["train"] + sets["sft"]}
     # Without harder games the pool is the training difficulty only.
     c.games.num_train_hard = 0
-    assert [t.meta["difficulty"] for t in data.game_sets(c)["train"]] == ["w1-o2-q2"] * 2
+    assert [t.meta["difficulty"] for t in game_sets.game_sets(c)["train"]] == ["w1-o2-q2"] * 2
 
 
 def test_harder_rl_pool_is_textworld_only(tiny_games_dir):
@@ -31,7 +31,7 @@ def test_harder_rl_pool_is_textworld_only(tiny_games_dir):
     c.unlock()
     c.env.family, c.games.num_train_hard = "swe", 4
     with pytest.raises(ValueError, match=r"num_train_hard=4 .* harder RL pool \(textworld\)"):
-        data.game_sets(c)
+        game_sets.game_sets(c)
 
 
 def test_env_specs_and_pool_words_per_family():
@@ -39,20 +39,20 @@ def test_env_specs_and_pool_words_per_family():
 
     c = default.get_config()
     assert c.env.reward_mode == "process"
-    assert data.env_spec(c, admissible=True) == EnvSpec(
+    assert game_sets.env_spec(c, admissible=True) == EnvSpec(
         "textworld", dict(reward_mode="process", invalid_action_penalty=0.0, admissible=True,
                           compact=True), wrapper="process")
     c.unlock()
     c.env.reward_mode, c.games.num_train, c.games.num_train_hard = "sparse", 320, 8
-    assert data.env_spec(c, admissible=False) == EnvSpec(
+    assert game_sets.env_spec(c, admissible=False) == EnvSpec(
         "textworld", dict(reward_mode="sparse", invalid_action_penalty=0.0, admissible=False,
                           compact=True))
     assert data.rl_pool_words(c) == "320 w2-o3-q4 + 8 w3-o5-q6 training games"
     c.env.family = "alfworld"
-    assert data.env_spec(c, admissible=True) == EnvSpec(
+    assert game_sets.env_spec(c, admissible=True) == EnvSpec(
         "alfworld", dict(reward_mode="sparse", invalid_action_penalty=0.0, admissible=True))
     c = swe_tiny.get_config()
-    assert data.env_spec(c, admissible=False) == EnvSpec(
+    assert game_sets.env_spec(c, admissible=False) == EnvSpec(
         "swe", dict(reward=c.env.reward_mode, invalid_action_penalty=c.env.invalid_action_penalty,
                     sandbox="namespaces"))
     assert data.rl_pool_words(c) == f"{c.games.num_train} swe training tasks"
@@ -77,7 +77,7 @@ def test_textworld_augmentation_renames_entities_consistently(tiny_games_dir):
     c.unlock()
     c.games.update(dict(num_sft=2, num_train=0, num_eval=0, num_eval_hard=0))
     c.sft.augment_copies = 2
-    tasks = data.game_sets(c)["sft"]
+    tasks = game_sets.game_sets(c)["sft"]
     expert = data.expert_data(c, tasks)
     assert len(expert) == len(tasks) == 2
     out = data.augmented_experts(c, expert, tasks, np.random.default_rng(0))
@@ -92,19 +92,19 @@ def test_difficulty_names_follow_the_env_family():
     TextWorld "w2-o3-q4"), and the names match the sets game_sets builds."""
     from configs import default, swe_tiny
 
-    assert data.difficulty_name(default.get_config(), False) == "w2-o3-q4"
-    assert data.difficulty_name(default.get_config(), True) == "w3-o5-q6"
+    assert game_sets.difficulty_name(default.get_config(), False) == "w2-o3-q4"
+    assert game_sets.difficulty_name(default.get_config(), True) == "w3-o5-q6"
     c = swe_tiny.get_config()
-    assert data.difficulty_name(c, False) == "code-repair tier 1"
-    assert data.difficulty_name(c, True) == "code-repair tier 2"
+    assert game_sets.difficulty_name(c, False) == "code-repair tier 1"
+    assert game_sets.difficulty_name(c, True) == "code-repair tier 2"
     c.unlock()
     c.games.level = 3
-    assert data.difficulty_name(c, True) == "code-repair tier 3"     # there is no tier 4
+    assert game_sets.difficulty_name(c, True) == "code-repair tier 3"     # there is no tier 4
     c.env.family, c.games.eval_split = "alfworld", "test"
-    assert data.difficulty_name(c, False) == "ALFWorld test"
-    assert data.difficulty_name(c, True) == "ALFWorld valid_unseen"
+    assert game_sets.difficulty_name(c, False) == "ALFWorld test"
+    assert game_sets.difficulty_name(c, True) == "ALFWorld valid_unseen"
     c.games.eval_split = "valid"
-    assert data.difficulty_name(c, False) == "ALFWorld valid_seen"
+    assert game_sets.difficulty_name(c, False) == "ALFWorld valid_seen"
 
 
 def test_stream_task_order_repeats_no_task_until_the_pool_is_used():
@@ -140,7 +140,7 @@ def test_rename_prob_renames_that_share_of_rl_tasks(tiny_games_dir):
     c = tiny_config(tiny_games_dir)
     c.unlock()
     c.games.update(dict(num_train=3, num_sft=2))
-    sets = data.game_sets(c)
+    sets = game_sets.game_sets(c)
     assert data.task_renamer(c, sets)(sets["train"], None) == sets["train"]  # rename_prob = 0
     c.rollout.rename_prob = 0.5
     rename = data.task_renamer(c, sets)
@@ -179,7 +179,7 @@ def test_held_out_sets_are_named_by_difficulty_and_by_what_training_saw():
     c = default.get_config()
     c.unlock()
     c.games.update(dict(num_train=80, num_train_hard=240))
-    assert [data.set_difficulty(c, s) for s in (*data.HELD_OUT, "curve")] == [
+    assert [game_sets.set_difficulty(c, s) for s in (*game_sets.HELD_OUT, "curve")] == [
         "w2-o3-q4", "w3-o5-q6", "w4-o6-q8", "w3-o5-q6"]
     demos = data.budget_plan(c)["sft_demos"]
     assert demos > 0

@@ -225,12 +225,12 @@ def cell_record(study: str, arm: str, knobs, seed: int, smoke: bool, c, workdir:
                 load: dict[str, Any], git: dict[str, Any], sft: dict[str, Any]) -> dict:
     """Everything the document needs from one cell, JSON-able (``git``: the commit at the
     cell's start, the code it ran; ``sft``: where its RL started, ``sft_start``)."""
-    from meowjax.trainers import data
+    from meowjax.envs import game_sets
     evals = out["evals"]
     splits = {}
     for key, role in (("eval", "id"), ("eval_hard", "hard"), ("eval_transfer", "harder")):
         if key in evals.get("start", {}):
-            splits[data.set_difficulty(c, key)] = {
+            splits[game_sets.set_difficulty(c, key)] = {
                 "role": role, "start": _split_record(evals["start"][key]),
                 "end": _split_record(evals.get("final", {}).get(key))}
     passkt = extra.get("passkt") or {"unstated": {

@@ -1,6 +1,5 @@
 """Host-side data for a run: the budget split, the RL stream's tasks and budgets, renames,
-augmentation and expert trajectories. The game sets and env spec are ``envs.game_sets``'s
-(imported here for the trainer's callers)."""
+augmentation and expert trajectories (the game sets and env spec: ``envs.game_sets``)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from absl import logging
 
 from meowjax.envs import registry
 from meowjax.envs.base import Task
-from meowjax.envs.game_sets import (HELD_OUT, difficulty_name, env_spec, game_sets,  # noqa: F401
-                                    set_difficulty)
+from meowjax.envs.game_sets import env_spec
 from meowjax.envs.registry import make_env
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from absl import logging
 
 from meowjax.agents.base import Player
+from meowjax.envs import game_sets
 from meowjax.eval import held_out
 from meowjax.rl import estimators, objective
 from meowjax.rollout import buckets, trajectory
@@ -61,7 +62,6 @@ class AgentTrainer(TrainerState, Player):
         self.c, self.workdir = c, workdir
         self.iface = interfaces.get_interface(c.policy.interface)
         self.mesh = make_mesh(c.mesh.axes, jax.devices(), field="config.mesh.axes")
-        self.rollout_mesh = multihost.process_submesh(self.mesh)
         placement.check_batch_rows(self.mesh, self.batch_row_fields())
         note = multihost.idle_processes_note(c.rollout.tasks_per_iter, "rollout.tasks_per_iter")
         if note:
@@ -108,7 +108,7 @@ class AgentTrainer(TrainerState, Player):
         self.plan = data.budget_plan(c)
         with multihost.process_zero_first("games, tokenizer, weights"):   # shared files
             t_games = time.time()
-            self.sets = data.game_sets(c)
+            self.sets = game_sets.game_sets(c)
             self.games_s = time.time() - t_games   # generated, or loaded from the cache
             if c.eval.num_samples > 0:   # fails now, not after SFT
                 held_out.sampled_tasks(self.sets.get(c.eval.sampled_split, []),
@@ -130,9 +130,7 @@ class AgentTrainer(TrainerState, Player):
         """Step counts, the SFT, RL and critic optimizers (their schedules span the run), and
         the shardings of each phase's state."""
         c = self.c
-        per_iter = c.rollout.tasks_per_iter * c.rollout.group_size
-        self.batch_rows = per_iter
-        self.rl_iters = self.plan["rl_episodes"] // per_iter
+        self.rl_iters = self.plan["rl_episodes"] // self.batch_rows
         self.sft_steps = c.sft.epochs * -(-len(self.sft_rows) // c.sft.batch_rows)
         rl_steps = data.rl_update_steps(c, self.rows_per_iter_estimate(), self.rl_iters)
         if self.rl_iters:   # fails now, not after SFT
@@ -188,6 +186,16 @@ class AgentTrainer(TrainerState, Player):
     @property
     def pad_values(self) -> dict[str, Any]:
         return self.agent.pad_values
+
+    @property
+    def rollout_mesh(self):
+        """This process's devices, where its episodes are played (the agent's)."""
+        return self.agent.rollout_mesh
+
+    @property
+    def batch_rows(self) -> int:
+        """Episodes in one rollout batch (the agent's: tasks_per_iter x group_size)."""
+        return self.agent.batch_rows
 
     def play(self, params, pool, tasks, *, group_size: int, budgets: Sequence[int],
              rng: np.random.Generator, greedy: bool, key: jax.Array, temperature: float,

@@ -20,6 +20,7 @@ import numpy as np
 from meowjax.eval import passk, report
 from meowjax import sharding
 from meowjax.runtime import console, multihost, plugins, preemption, workdir_lock
+from meowjax.envs import game_sets
 from meowjax.trainers import data
 from meowjax.trainers.loop import AgentTrainer
 
@@ -41,7 +42,7 @@ def provenance(c: ml_collections.ConfigDict) -> dict[str, Any]:
     return {"config": c.name, "seed": int(c.seed), "commit": git("rev-parse", "HEAD"),
             "dirty": None if status is None else bool(status), "cpu": _cpu_name(),
             "eval_split": c.games.eval_split,
-            "difficulties": {s: data.set_difficulty(c, s) for s in data.HELD_OUT}}
+            "difficulties": {s: game_sets.set_difficulty(c, s) for s in game_sets.HELD_OUT}}
 
 
 def _cpu_name() -> str:
@@ -72,10 +73,10 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
     with open(os.path.join(workdir, "evals.json"), "w", encoding="utf-8") as f:
         json.dump(report._jsonable(evals), f, indent=1)
     start, final = evals.get("start", {}), evals.get("final", {})
-    names = {split: f"{data.set_difficulty(c, split)} ({data.set_role(c, split)})"
-             for split in data.HELD_OUT}
+    names = {split: f"{game_sets.set_difficulty(c, split)} ({data.set_role(c, split)})"
+             for split in game_sets.HELD_OUT}
     rows, paired = [], []
-    for split in data.HELD_OUT:
+    for split in game_sets.HELD_OUT:
         for tag, label in (("start", "starting policy (after SFT)"), ("final", "after RL")):
             e = evals.get(tag, {}).get(split)
             if e:
@@ -92,7 +93,7 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
             "RL's gain by difficulty (greedy success on the same held-out games before and after "
             "RL; 'gain' when the whole 95% interval is above 0)", paired, show_rates=True))
     records = _metric_records(workdir)
-    curve = _rl_curve_section(evals, records, data.set_difficulty(c, "curve"))
+    curve = _rl_curve_section(evals, records, game_sets.set_difficulty(c, "curve"))
     if curve is not None:
         sections.append(curve)
     sections += [
@@ -110,7 +111,7 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         sections.append(cycles)
     if out.get("phase_s"):
         sections.append(_phase_section(out["phase_s"], seconds))
-    sections += _comparison_sections(evals, data.set_difficulty(c, c.eval.sampled_split))
+    sections += _comparison_sections(evals, game_sets.set_difficulty(c, c.eval.sampled_split))
     sections += _curve_sections(records)
     path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
     return str(path)

@@ -24,6 +24,7 @@ from typing import Any
 import jax
 from absl import logging
 
+from meowjax.envs import game_sets
 from meowjax.envs.pool import EnvPool
 from meowjax.rollout import buckets
 from meowjax.runtime import console, host_memory, multihost, preemption
@@ -52,7 +53,7 @@ def run(tr) -> dict[str, Any]:
         with preemption.on_sigterm(), multihost.stop_together():
             state, ref, meta = tr.restore_state()
             tr._mark(state, ref, meta, saved=True)
-            pool = EnvPool(data.env_spec(c, admissible=tr.needs_admissible),
+            pool = EnvPool(game_sets.env_spec(c, admissible=tr.needs_admissible),
                            num_workers=c.env.num_workers, step_timeout_s=c.env.step_timeout_s)
             try:
                 return schedule(tr, state, ref, meta, pool)
