@@ -9,6 +9,8 @@ fail the run instead (e.g. `policy.window` with free text): tested below too.
 """
 import pytest
 
+from meowjax.envs.alfworld_gen import TASK_TYPES
+
 from meowjax.trainers import run
 from tests import config_tracking, golden
 
@@ -17,7 +19,7 @@ from tests import config_tracking, golden
 # by the scoring trainer's pulse test (tests/test_trainers.py) and configs/study.py by the
 # trained cell of tests/conftest.py, runs the suite makes anyway.
 RUNS = {"textworld_budgetmix": ("textworld_fixed_budget", "textworld_budgetmix"),
-        "swe_tiny": ("swe_tiny",), "smollm2_textworld": ("smollm2_textworld",),
+        "swe_tiny": ("swe_tiny",), "alfworld": ("alfworld",), "smollm2_textworld": ("smollm2_textworld",),
         "pod_qwen2p5_1p5b": ("pod_qwen2p5_1p5b",)}
 
 
@@ -32,6 +34,24 @@ def test_config_honesty_every_set_field_is_read(name, tiny_games_dir, tmp_path):
         launch_pod.run_check(tracked, mesh)
     for checked in RUNS[name]:
         config_tracking.assert_honest(checked, tracked)
+    if name == "alfworld":
+        _assert_success_by_task_type(tmp_path)
+
+
+def _assert_success_by_task_type(workdir):
+    """The ALFWorld run records each held-out game's task type, and its report tables success
+    by type: six types in seen and in unseen rooms."""
+    import json
+    evals = json.load(open(workdir / "evals.json"))
+    for split, room in (("eval", "test_seen"), ("eval_hard", "test_unseen")):
+        for tag in ("start", "final"):
+            types = evals[tag][split]["task_type"]
+            assert set(types) == set(evals[tag][split]["per_game"])
+            assert sorted(set(types.values())) == sorted(TASK_TYPES)
+            assert all(f"/{room}/" in i for i in types)   # the set's own rooms
+    report = (workdir / "report.md").read_text()
+    assert "## Success by task type" in report
+    assert report.count("ALFWorld test_unseen (never trained on): pick_") == 5
 
 
 @pytest.mark.slow

@@ -101,10 +101,11 @@ def test_difficulty_names_follow_the_env_family():
     c.games.level = 3
     assert game_sets.difficulty_name(c, True) == "code-repair tier 3"     # there is no tier 4
     c.env.family, c.games.eval_split = "alfworld", "test"
-    assert game_sets.difficulty_name(c, False) == "ALFWorld test"
-    assert game_sets.difficulty_name(c, True) == "ALFWorld valid_unseen"
+    assert game_sets.difficulty_name(c, False) == "ALFWorld test_seen"
+    assert game_sets.difficulty_name(c, True) == "ALFWorld test_unseen"   # never tuned on
     c.games.eval_split = "valid"
     assert game_sets.difficulty_name(c, False) == "ALFWorld valid_seen"
+    assert game_sets.difficulty_name(c, True) == "ALFWorld valid_unseen"
 
 
 def test_stream_task_order_repeats_no_task_until_the_pool_is_used():

@@ -120,32 +120,53 @@ TEXTWORLD = Family(
 
 
 # -- ALFWorld ------------------------------------------------------------------------------------
+# Generated ALFWorld games depend on (this seed, split, task type, index), not on the run's seed:
+# every seed of a config trains and is evaluated on the same games, as TextWorld's seed ranges.
+ALFWORLD_GAME_SEED = 0
+
+
 def alfworld_eval_split(g: Any, hard: bool) -> str:
-    """ALFWorld's held-out split: seen rooms (valid_seen while tuning, else test) or, harder,
-    the unseen rooms."""
-    if hard:
-        return "valid_unseen"
-    return "valid_seen" if g.eval_split == "valid" else "test"
+    """ALFWorld's held-out split: new games in the training layouts ("seen" rooms) or, harder,
+    in layouts no training game uses ("unseen" rooms, ALFRED's test scenes); ``valid_*`` while
+    tuning, ``test_*`` for reported numbers."""
+    stage = "valid" if g.eval_split == "valid" else "test"
+    return f"{stage}_{'unseen' if hard else 'seen'}"
 
 
 def alfworld_difficulty_name(c: Any, hard: bool) -> str:
     return f"ALFWorld {alfworld_eval_split(c.games, hard)}"
 
 
+def _interleaved(tasks: list[Task]) -> list[Task]:
+    """Games ordered index-major (one of each task type, then the next), so that any prefix
+    (the SFT demonstrations a budget buys) covers the task types evenly."""
+    order = {t: i for i, t in enumerate(dict.fromkeys(x.meta["task_type"] for x in tasks))}
+    seen: dict[str, int] = {}
+    keyed = []
+    for x in tasks:
+        k = seen.get(x.meta["task_type"], 0)
+        seen[x.meta["task_type"]] = k + 1
+        keyed.append(((k, order[x.meta["task_type"]]), x))
+    return [x for _, x in sorted(keyed, key=lambda kx: kx[0])]
+
+
 def alfworld_task_sets(c: Any) -> dict[str, list[Task]]:
-    """``games.num_*`` games spread over the six task types; the harder split is ALFRED's unseen
-    rooms."""
+    """``games.num_*`` games spread evenly over the six task types (interleaved); held out:
+    seen rooms ("eval") and unseen rooms ("eval_hard"); "curve": ``num_curve`` validation games
+    in unseen rooms, played during RL for the learning curve."""
     from meowjax.envs import alfworld_gen
     g = c.games
     plan = {"train": ("train", g.num_train), "sft": ("sft", g.num_sft),
             "eval": (alfworld_eval_split(g, False), g.num_eval),
-            "eval_hard": (alfworld_eval_split(g, True), g.num_eval_hard)}
+            "eval_hard": (alfworld_eval_split(g, True), g.num_eval_hard),
+            "curve": ("curve_unseen", g.num_curve)}
     out = {}
     for name, (split, num) in plan.items():
         per_type = -(-num // len(alfworld_gen.TASK_TYPES))
-        out[name] = (alfworld_gen.generate_alfworld_games(
+        out[name] = (_interleaved(alfworld_gen.generate_alfworld_games(
             os.path.join(g.cache_dir, "alfworld", split), num_per_type=per_type,
-            split=split, num_workers=g.gen_workers, seed=c.seed)[:num] if num else [])
+            split=split, num_workers=g.gen_workers, seed=ALFWORLD_GAME_SEED))[:num]
+            if num else [])
     return out
 
 

@@ -37,6 +37,13 @@ def sampled_tasks(tasks: Sequence[Any], num: int) -> list[Any]:
     return list(tasks[:num] if num else tasks)
 
 
+def task_types(tasks: Sequence[Task]) -> dict[str, str] | None:
+    """task_id -> task type where every game has one (ALFWorld's six), else None: the report's
+    success by task type reads it."""
+    types = {str(t.task_id): t.meta.get("task_type") for t in tasks}
+    return types if all(types.values()) else None
+
+
 def held_out_sets(agent, params, pool, sets: dict[str, list[Task]],
                   c: ml_collections.ConfigDict, title: str, *, sampled: bool) -> dict[str, Any]:
     """Greedy success on every held-out set of ``sets`` (``HELD_OUT``); with ``sampled``,
@@ -51,6 +58,9 @@ def held_out_sets(agent, params, pool, sets: dict[str, list[Task]],
             continue
         out[split] = outcomes.success_summary(agent.play_tasks(params, pool, tasks, samples=1,
                                                               greedy=True, desc=split, **kw))
+        types = task_types(tasks)
+        if types:
+            out[split]["task_type"] = types
         if sampled and split == c.eval.sampled_split and c.eval.num_samples > 0:
             subset = sampled_tasks(tasks, c.eval.sampled_games)
             trajs = agent.play_tasks(params, pool, subset, samples=c.eval.num_samples,

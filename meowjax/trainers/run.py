@@ -92,6 +92,9 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
         sections.append(report.PairedGainTable(
             "RL's gain by difficulty (greedy success on the same held-out games before and after "
             "RL; 'gain' when the whole 95% interval is above 0)", paired, show_rates=True))
+    by_type = _task_type_section(evals, names)
+    if by_type is not None:
+        sections.append(by_type)
     records = _metric_records(workdir)
     curve = _rl_curve_section(evals, records, game_sets.set_difficulty(c, "curve"))
     if curve is not None:
@@ -115,6 +118,26 @@ def write_run_report(c: ml_collections.ConfigDict, workdir: str, out: dict[str, 
     sections += _curve_sections(records)
     path = report.write_report(workdir, f"meowjax run: {c.name}", sections)
     return str(path)
+
+
+def _task_type_section(evals: dict[str, Any], names: dict[str, str]) -> Any | None:
+    """RL's paired gain by task type on each held-out set whose games have one (ALFWorld's),
+    like GiGPO's ALFWorld table; None where no set has task types."""
+    start, final = evals.get("start", {}), evals.get("final", {})
+    rows = []
+    for split, name in names.items():
+        before, after = start.get(split, {}), final.get(split, {})
+        types = before.get("task_type")
+        if not types or set(before.get("per_game", {})) != set(after.get("per_game", {})):
+            continue
+        for kind in sorted(set(types.values())):
+            ids = sorted(i for i, k in types.items() if k == kind)
+            rows.append(report.PairedGain(f"{name}: {kind}", [before["per_game"][i] for i in ids],
+                                          [after["per_game"][i] for i in ids]))
+    if not rows:
+        return None
+    return report.PairedGainTable("Success by task type (greedy, the same held-out games before "
+                                  "and after RL)", rows, show_rates=True)
 
 
 def _metric_records(workdir: str) -> list[dict[str, Any]]:

@@ -48,9 +48,10 @@ class SceneDoesNotFit(ValueError):
 
 def scenes_for(task_type: str, split: str, max_receptacles: int | None = None) -> list[int]:
     """Scenes of a room type ALFRED allows for the task; train scenes for training splits, the
-    held-out (test) scenes for "valid_unseen"/"test"/"eval_out_of_distribution". With
-    ``max_receptacles``, only rooms with at most that many receptacles (smaller, faster games)."""
-    held_out = split in ("valid_unseen", "test", "eval_out_of_distribution")
+    held-out (test) scenes for a split named ``*unseen``, "test" or "eval_out_of_distribution".
+    With ``max_receptacles``, only rooms with at most that many receptacles (smaller, faster
+    games)."""
+    held_out = split.endswith("unseen") or split in ("test", "eval_out_of_distribution")
     pool = set(constants.TEST_SCENE_NUMBERS if held_out else constants.TRAIN_SCENE_NUMBERS)
     allowed = constants.GOALS_VALID[task_type]
     return [n for n in scene_lib.available_scenes()
