@@ -50,7 +50,9 @@ def base_config() -> ml_collections.ConfigDict:
     # The RL pool: num_train games of the training difficulty + num_train_hard of the harder one.
     # num_eval_transfer: held-out games of a third difficulty (transfer_*) that no phase trains
     # on. num_curve: validation games of the harder difficulty played greedily during RL every
-    # eval.curve_every iterations (the held-out learning curve; TextWorld).
+    # eval.curve_every iterations (the held-out learning curve; TextWorld). expert: where the
+    # SFT demonstrations come from, one of the family's sources ("planner": each game's recorded
+    # walkthrough; ALFWorld also "handcoded": ALFWorld's searching expert, envs.alfworld_expert).
     # sandbox (code repair only): how model-written code runs. "namespaces" isolates it (own
     # user/mount/PID/network namespaces; the run refuses to start where they are unavailable);
     # "best_effort" runs it as this user with process limits only: trusted code only.
@@ -62,7 +64,7 @@ def base_config() -> ml_collections.ConfigDict:
         level=1, num_train=100, num_sft=60, num_eval=40, eval_split="test",
         hard_world_size=3, hard_nb_objects=5, hard_quest_length=6, num_eval_hard=40,
         num_train_hard=0, gen_workers=2, transfer_world_size=4, transfer_nb_objects=6,
-        transfer_quest_length=8, num_eval_transfer=0, num_curve=0))
+        transfer_quest_length=8, num_eval_transfer=0, num_curve=0, expert="planner"))
     # Turn budgets. budget_mix: if non-empty, each training episode's budget is drawn from it.
     c.turns = ml_collections.ConfigDict(dict(max_turns=12, budget_mix=(), eval_max_turns=12))
 

@@ -195,3 +195,35 @@ def test_solver_time_limit_and_in_process_check(games):
     plan, reason = solve_game(path)
     with open(path) as f:
         assert plan == json.load(f)["walkthrough"] and reason == ""
+
+
+def test_handcoded_expert_searches_and_its_walkthrough_replays_to_a_win(games, env):
+    """ALFWorld's hand-coded expert wins a generated game by its own search (it starts with no
+    knowledge of where the object lies), is cached beside the game, and the env's reset returns
+    its actions as the walkthrough, which replay to a win."""
+    from meowjax.envs import alfworld_expert
+    from meowjax.envs.expert import expert_trajectory
+    _, by_type = games
+    task = by_type["pick_and_place_simple"]
+    actions = alfworld_expert.cached_walkthrough(task.path)
+    assert actions and actions[0] != "look"
+    cache = os.path.join(os.path.dirname(task.path), alfworld_expert.CACHE_NAME)
+    assert json.load(open(cache))["actions"] == actions
+    (searched,) = alfworld_expert.with_searching_walkthroughs([task])
+    assert searched.meta["walkthrough"] == actions and "walkthrough" not in task.meta
+    assert env.reset(searched, 50).walkthrough == actions
+    played = expert_trajectory(env, searched, 50)
+    assert played["won"] and played["actions"] == actions
+    planner = json.load(open(task.path))["walkthrough"]   # where the task carries none
+    assert env.reset(task, 50).walkthrough == planner
+
+
+def test_games_expert_must_be_one_the_family_offers():
+    from configs import default
+    from meowjax.envs import game_sets
+    c = default.get_config("smoke=True")
+    c.unlock()
+    c.games.expert = "handcoded"
+    with pytest.raises(ValueError, match=r"games.expert='handcoded': env.family='textworld' "
+                                         r"offers demonstrations from \['planner'\]"):
+        game_sets.game_sets(c)

@@ -162,7 +162,9 @@ class AlfWorldEnv:
         intro = _BANNER.sub("", state.feedback).strip()
         match = re.search(r"Your task is to: .*", intro)
         objective = match.group(0).strip() if match else ""
-        walkthrough = state.get("extra.walkthrough") or None
+        # A demonstration source's own actions (``alfworld_expert``: the hand-coded expert's
+        # search) replace the planner's walkthrough where the task carries them.
+        walkthrough = task.meta.get("walkthrough") or state.get("extra.walkthrough") or None
         admissible = list(state["admissible_commands"]) if self.admissible else None
         info: dict[str, Any] = {"score": 0.0, "turn": 0, "task_type": self._task_type,
                                 "admissible": admissible}

@@ -167,6 +167,9 @@ def alfworld_task_sets(c: Any) -> dict[str, list[Task]]:
             os.path.join(g.cache_dir, "alfworld", split), num_per_type=per_type,
             split=split, num_workers=g.gen_workers, seed=ALFWORLD_GAME_SEED))[:num]
             if num else [])
+    if g.expert == "handcoded":   # demonstrations that search (envs.alfworld_expert)
+        from meowjax.envs.alfworld_expert import with_searching_walkthroughs
+        out["sft"] = with_searching_walkthroughs(out["sft"])
     return out
 
 
@@ -190,7 +193,7 @@ def alfworld_named_sets(c: Any, name: str, num_games: int | None,
 ALFWORLD = Family(
     name="alfworld", env="meowjax.envs.alfworld_env:AlfWorldEnv",
     task_sets=alfworld_task_sets, difficulty_name=alfworld_difficulty_name,
-    named_sets=alfworld_named_sets)
+    named_sets=alfworld_named_sets, experts=("planner", "handcoded"))
 
 
 # -- code repair ---------------------------------------------------------------------------------

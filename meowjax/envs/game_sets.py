@@ -40,6 +40,9 @@ def game_sets(c: ml_collections.ConfigDict) -> dict[str, list[Task]]:
         raise ValueError(f"games.num_train_hard={c.games.num_train_hard} is for families with a "
                          f"harder RL pool ({', '.join(with_pool)}); env.family={family.name!r} "
                          "has none: set it to 0.")
+    if c.games.expert not in family.experts:
+        raise ValueError(f"games.expert={c.games.expert!r}: env.family={family.name!r} offers "
+                         f"demonstrations from {list(family.experts)}.")
     t0 = time.time()
     sets = dict(family.task_sets(c))
     extra = set(sets) - set(registry.TASK_SETS) - set(registry.OPTIONAL_TASK_SETS)

@@ -67,6 +67,8 @@ class Family:
       ``"<family>:<name>"`` names (evaluation's ``--split``; ``num_games`` None: the family's
       own count; ``data_root``: a folder of released games, where the family reads one); a bad
       name raises ValueError naming the form. None = the family has no named sets.
+    experts: the demonstration sources ``games.expert`` may name (the first is the default;
+      "planner": the walkthrough each game records).
     """
 
     name: str
@@ -80,6 +82,7 @@ class Family:
     harder_rl_pool: bool = False
     renamer: Callable[[list[Task]], Callable[[Task, Any], Task]] | None = None
     named_sets: Callable[[Any, str, int | None, str], list[Task]] | None = None
+    experts: tuple[str, ...] = ("planner",)
 
     def __post_init__(self):
         if not isinstance(self.env, str):  # a class: stored by import path (picklable, lazy)
