@@ -5,8 +5,9 @@ every turn, as verl-agent's and GiGPO's ALFWorld agents are given them). The dem
 are ALFWorld's hand-coded expert's (``games.expert="handcoded"``, envs/alfworld_expert.py): it
 checks receptacles in the order of its priors until it finds the object, a search the agent can
 imitate in an unseen room, but not the shortest one. The PDDL planner's walkthroughs know where
-every object lies and never search: after SFT on 120 of them the agent won 1 of 30 seen-room
-and 0 of 30 unseen-room validation games (docs/results-history.md). Held out: new games in the
+every object lies and never search. Neither has yet trained an agent that wins: after two SFT
+epochs on 120 of either, 0-1 of 30 validation games won per room kind (docs/results-history.md);
+the SFT phase is still to be chosen on validation games. Held out: new games in the
 training rooms ("seen") and games in rooms no training game uses ("unseen", ALFRED's test
 scenes); success is reported by task type.
 
