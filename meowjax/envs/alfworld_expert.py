@@ -22,6 +22,7 @@ import os
 
 from absl import logging
 
+from meowjax.envs import game_cache
 from meowjax.envs.base import EnvError, Task
 
 CACHE_NAME = "expert_handcoded.json"
@@ -69,10 +70,8 @@ def cached_walkthrough(path: str, max_steps: int = 60) -> list[str] | None:
             raise EnvError(f"Corrupt expert cache {cache}: {e}. Delete it to replay the "
                            "hand-coded expert.") from e
     actions = handcoded_walkthrough(path, max_steps)
-    tmp = cache + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"max_steps": max_steps, "actions": actions}, f)
-    os.replace(tmp, cache)
+    # Atomic, with a per-process temporary name: two runs may replay the same game at once.
+    game_cache.write_manifest(cache, {"max_steps": max_steps, "actions": actions})
     return actions
 
 
