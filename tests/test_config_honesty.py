@@ -10,7 +10,6 @@ fail the run instead (e.g. `policy.window` with free text): tested below too.
 import pytest
 
 from meowjax.envs.alfworld_gen import TASK_TYPES
-
 from meowjax.trainers import run
 from tests import config_tracking, golden
 
@@ -19,8 +18,8 @@ from tests import config_tracking, golden
 # by the scoring trainer's pulse test (tests/test_trainers.py) and configs/study.py by the
 # trained cell of tests/conftest.py, runs the suite makes anyway.
 RUNS = {"textworld_budgetmix": ("textworld_fixed_budget", "textworld_budgetmix"),
-        "swe_tiny": ("swe_tiny",), "alfworld": ("alfworld",), "smollm2_textworld": ("smollm2_textworld",),
-        "pod_qwen2p5_1p5b": ("pod_qwen2p5_1p5b",)}
+        "swe_tiny": ("swe_tiny",), "alfworld": ("alfworld",),
+        "smollm2_textworld": ("smollm2_textworld",), "pod_qwen2p5_1p5b": ("pod_qwen2p5_1p5b",)}
 
 
 @pytest.mark.slow
