@@ -142,6 +142,44 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def _children(pid: int) -> list[int]:
+    """Host pids of ``pid``'s children (the sandbox's init, while unshare lives)."""
+    try:
+        text = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        return [int(c) for c in text.split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _end_sandbox(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Kills the sandbox and returns once every process inside it is gone.
+
+    Killing unshare kills its init (``--kill-child``), and the kernel then kills the whole pid
+    namespace, but asynchronously: a fork bomb's processes can outlive unshare's exit by a
+    moment under load. The init only exits once the namespace is empty, so waiting for the init
+    (not only for unshare) means nothing the tests started survives ``run``.
+    """
+    inits = _children(proc.pid)
+    _kill_group(proc.pid)
+    for pid in inits:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait()
+    end = time.monotonic() + grace_s
+    while any(_alive(pid) for pid in inits) and time.monotonic() < end:
+        time.sleep(0.01)
+
+
 def _read_all(fd: int) -> bytes:
     chunks = []
     while chunk := os.read(fd, 4096):
@@ -194,8 +232,7 @@ def run(repo_dir: str | os.PathLike, argv: list[str], env: dict[str, str], limit
         try:
             return _supervise(proc, ready_r, go_w, status_r, deadline, out)
         finally:
-            _kill_group(proc.pid)  # also ends a sandbox whose init we never released
-            proc.wait()
+            _end_sandbox(proc)  # also ends a sandbox whose init we never released
             for fd in (ready_r, go_w, status_r):
                 os.close(fd)
 
@@ -219,8 +256,7 @@ def _supervise(proc: subprocess.Popen, ready_r: int, go_w: int, status_r: int, d
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc.pid)
-        proc.wait()
+        _end_sandbox(proc)
     status = _read_all(status_r).decode("utf-8", "replace")
     if status.startswith("E"):
         raise SandboxUnavailable(f"cannot set up the sandbox: {status[1:]}. For trusted code "
