@@ -138,6 +138,14 @@ def test_invalid_action_gets_nothing_happens_and_penalty(games, env):
     assert ok.observation.startswith("You are in the middle of a room.")
 
 
+def test_help_is_answered_but_not_admissible(games, env):
+    first = env.reset(games[1]["pick_and_place_simple"], max_turns=10)
+    assert "look" in first.admissible and "help" not in first.admissible
+    step = env.step("help")   # the command reference: typed, it still answers
+    assert not step.info["invalid"] and step.observation.startswith("Available commands:")
+    assert "help" not in step.info["admissible"] and "inventory" in step.info["admissible"]
+
+
 def test_budget_truncates(games, env):
     env.reset(games[1]["pick_two_obj_and_place"], max_turns=2)
     assert not env.step("look").done

@@ -8,6 +8,9 @@ Observations: the first one is ALFWorld's intro without the "-= Welcome to TextW
 banner, i.e. the room description followed by "Your task is to: ..."; later ones are the game's
 feedback for the action ("You arrive at desk 1. On the desk 1, you see ...", "Nothing happens.").
 Actions are lower-cased and whitespace-collapsed before matching (ALFWorld commands are lower-case).
+The admissible commands (``admissible=True``) are ALFWorld's without "help": it changes nothing,
+and its reply (the whole command reference, ~500 characters) fills a scoring agent's context and
+overflows its length buckets; typed as free text it still answers.
 
 Rewards (ALFWorld games have no intermediate score; max_score is 1):
   sparse: 1.0 on the turn the goal becomes true, else 0.0.
@@ -89,6 +92,11 @@ def reached_milestones(facts: list[tuple[str, ...]], task_type: str, params: dic
     return reached
 
 
+def _admissible(state) -> list[str]:
+    """The game's admissible commands, less the meta-command "help" (see the module doc)."""
+    return [cmd for cmd in state["admissible_commands"] if cmd != "help"]
+
+
 class AlfWorldEnv:
     """One ALFWorld game at a time (TextEnv). ``Task.path`` is a ``game.tw-pddl`` file."""
 
@@ -165,7 +173,7 @@ class AlfWorldEnv:
         # A demonstration source's own actions (``alfworld_expert``: the hand-coded expert's
         # search) replace the planner's walkthrough where the task carries them.
         walkthrough = task.meta.get("walkthrough") or state.get("extra.walkthrough") or None
-        admissible = list(state["admissible_commands"]) if self.admissible else None
+        admissible = _admissible(state) if self.admissible else None
         info: dict[str, Any] = {"score": 0.0, "turn": 0, "task_type": self._task_type,
                                 "admissible": admissible}
         return ResetResult(observation=intro, objective=objective, max_score=1.0,
@@ -200,7 +208,7 @@ class AlfWorldEnv:
         reward = gain + (self.invalid_action_penalty if invalid else 0.0)
         truncated = not won and self._turn >= self._max_turns
         self._done = won or truncated
-        admissible = list(state["admissible_commands"]) if self.admissible else None
+        admissible = _admissible(state) if self.admissible else None
         info = {"score": self._score, "turn": self._turn, "invalid": invalid,
                 "truncated": truncated, "env_failure": False, "admissible": admissible}
         return StepResult(observation=feedback, reward=reward, done=self._done, won=won, info=info)
