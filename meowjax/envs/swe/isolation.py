@@ -167,7 +167,8 @@ def _end_sandbox(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     moment under load. The init only exits once the namespace is empty, so waiting for the init
     (not only for unshare) means nothing the tests started survives ``run``.
     """
-    inits = _children(proc.pid)
+    # Once unshare is reaped its pid may name another process: look for the init only before.
+    inits = _children(proc.pid) if proc.returncode is None else []
     _kill_group(proc.pid)
     for pid in inits:
         try:
