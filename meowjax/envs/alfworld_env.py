@@ -9,7 +9,7 @@ banner, i.e. the room description followed by "Your task is to: ..."; later ones
 feedback for the action ("You arrive at desk 1. On the desk 1, you see ...", "Nothing happens.").
 Actions are lower-cased and whitespace-collapsed before matching (ALFWorld commands are lower-case).
 The admissible commands (``admissible=True``) are ALFWorld's without "help": it changes nothing,
-and its reply (the whole command reference, ~500 characters) fills a scoring agent's context and
+and its reply (the whole command reference, 865 characters) fills a scoring agent's context and
 overflows its length buckets; typed as free text it still answers.
 
 Rewards (ALFWorld games have no intermediate score; max_score is 1):
