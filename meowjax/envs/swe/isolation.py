@@ -135,7 +135,8 @@ def _write_id_maps(pid: int) -> None:
     pathlib.Path(proc, "uid_map").write_text(f"0 {uid} 1")
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL to process group ``pid``; a group already gone is not an error."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -169,7 +170,7 @@ def _end_sandbox(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     """
     # Once unshare is reaped its pid may name another process: look for the init only before.
     inits = _children(proc.pid) if proc.returncode is None else []
-    _kill_group(proc.pid)
+    kill_group(proc.pid)
     for pid in inits:
         try:
             os.kill(pid, signal.SIGKILL)

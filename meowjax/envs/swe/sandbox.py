@@ -48,7 +48,6 @@ import re
 import resource
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -159,13 +158,6 @@ def _set_limits(limits: Limits):
     return preexec
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def parse_results(output: str, test_ids: list[str], nonce: str = "") -> tuple[dict, dict]:
     """Reads PASSED/FAILED/ERROR lines (runner or ``pytest -rA``) into status and messages.
 
@@ -220,7 +212,7 @@ def _run_best_effort(repo_dir, argv, env, limits: Limits, out, tmp: str) -> tupl
         proc.wait(timeout=limits.timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-    _kill_group(proc.pid)  # also reaps stray children of a finished run
+    isolation_lib.kill_group(proc.pid)  # also reaps stray children of a finished run
     proc.wait()
     return proc.returncode, timed_out
 
