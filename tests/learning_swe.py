@@ -59,7 +59,7 @@ def repair_task(root: str, split: str, index: int) -> Task:
     """The seeded task ``index`` of ``split``, written under ``root`` if it is not there."""
     seed = SPLIT_SEEDS[split] + index
     rng = np.random.default_rng(seed)
-    # Operands where every operator of DEMO_OPS gives a different value than "+" and "-".
+    # Operands where neither the bug's "+" nor any operator of OTHERS gives a - b.
     a, b = int(rng.integers(6, 10)), int(rng.integers(2, 4))
     if split == "sft":
         fix_op, stated_op = DEMO_OPS[index % len(DEMO_OPS)], str(rng.choice([TARGET, *OTHERS]))
