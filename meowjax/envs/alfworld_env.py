@@ -32,6 +32,7 @@ import os
 import re
 from typing import Any
 
+from meowjax.envs import alfworld_pddl
 from meowjax.envs.base import EnvError, ResetResult, StepResult, Task
 
 INVALID_FEEDBACK = "Nothing happens."
@@ -117,14 +118,8 @@ class AlfWorldEnv:
 
     def _textworld_env(self):
         if self._env is None:
-            import textworld
-            from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-            from textworld.envs import PddlEnv
-
-            infos = textworld.EnvInfos(admissible_commands=True, won=True,
-                                       facts=self.reward_mode == "dense",
-                                       extras=["walkthrough"])
-            self._env = AlfredDemangler(PddlEnv(infos), shuffle=False)
+            self._env = alfworld_pddl.demangled_pddl_env(
+                extras=("walkthrough",), facts=self.reward_mode == "dense")
         return self._env
 
     def _load(self, path: str) -> None:

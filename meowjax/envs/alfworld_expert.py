@@ -22,7 +22,7 @@ import os
 
 from absl import logging
 
-from meowjax.envs import game_cache
+from meowjax.envs import alfworld_pddl, game_cache
 from meowjax.envs.base import EnvError, Task
 
 CACHE_NAME = "expert_handcoded.json"
@@ -31,14 +31,7 @@ CACHE_NAME = "expert_handcoded.json"
 def handcoded_walkthrough(path: str, max_steps: int = 60) -> list[str] | None:
     """The hand-coded expert's actions on game ``path`` until it wins (its opening "look"
     dropped), or None where it has not won after ``max_steps`` actions."""
-    import textworld
-    from alfworld.agents.environment.alfred_tw_env import (AlfredDemangler, AlfredExpert,
-                                                           AlfredExpertType)
-    from textworld.envs import PddlEnv
-
-    infos = textworld.EnvInfos(admissible_commands=True, won=True, extras=["expert_plan"])
-    env = AlfredExpert(AlfredDemangler(PddlEnv(infos), shuffle=False),
-                       expert_type=AlfredExpertType.HANDCODED)
+    env = alfworld_pddl.demangled_pddl_env(extras=("expert_plan",), handcoded_expert=True)
     try:
         env.load(path)
         state = env.reset()

@@ -13,18 +13,15 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 
+from meowjax.envs import alfworld_pddl
+
 _ENV = None  # one PddlEnv per worker process (each holds its own copy of libdownward)
 
 
 def _pddl_env():
     global _ENV
     if _ENV is None:
-        import textworld
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-        from textworld.envs import PddlEnv
-
-        infos = textworld.EnvInfos(admissible_commands=True, won=True, extras=["walkthrough"])
-        _ENV = AlfredDemangler(PddlEnv(infos), shuffle=False)
+        _ENV = alfworld_pddl.demangled_pddl_env(extras=("walkthrough",))
     return _ENV
 
 
