@@ -13,6 +13,12 @@ The `long_sft=True` arg trains the command format on CPU (192 walkthroughs, 2 ep
 before the same short RL phase, evaluated on 40 validation games; docs/results-history.md
 records its invalid-turn share and wall time.
 
+The `hard_rl=True` arg is RL where the demonstrations end: SFT on 96 walkthroughs of the base
+games, then RLOO on 32 harder games (w3-o5-q6) that this SFT mostly loses, evaluated greedily on
+20 base and 40 hard validation games before and after RL; docs/results-history.md records it.
+
+    python -m experiments.train --config=configs/smollm2_textworld.py:hard_rl=True --workdir=...
+
 The `gpu=True` arg is the short run of the accelerator check (`benchmarks/gpu_rl_run.sh`): one
 GPU, bf16 compute, 64 demonstrations and 5 RL iterations of 64 episodes, greedy evaluation on 32
 validation games before and after RL; sized to finish in about four minutes on one H200.
@@ -22,7 +28,8 @@ from configs import common
 
 
 def get_config(arg=None):
-    arg = common.parse_arg(arg, smoke=False, full=False, gpu=False, long_sft=False)
+    arg = common.parse_arg(arg, smoke=False, full=False, gpu=False, long_sft=False,
+                           hard_rl=False)
     c = common.base_config()
     c.name = "smollm2_textworld"
     c.model.update(dict(init="smollm2", preset="smollm2-135m"))
@@ -57,6 +64,25 @@ def get_config(arg=None):
                             eval_split="valid"))
         c.budget.update(dict(total_episodes=1928, sft_share=1920 / 1928))  # 192 demos, 8 eps
         c.sft.update(dict(epochs=2, batch_rows=4, lr=1e-4, warmup_steps=2))
+        c.checkpoint.update(dict(every_iters=1000, max_to_keep=1))
+    if arg.hard_rl:
+        # RL where the demonstrations end: SFT on 96 walkthroughs of the base difficulty
+        # (w2-o3-q4), RL on 32 harder games (w3-o5-q6) where that SFT wins about a third, RLOO at
+        # actor lr 1e-5 (a 135M model barely moves at 1e-6: approx KL ~1e-11), temperature 1.0
+        # (at 0.7 the sampled policy is near-deterministic and most groups carry no signal),
+        # 12 turns, greedy evaluation on 20 base and 40 hard validation games before and after.
+        # Memory: 2-row minibatches with each block rematerialised keep the update under 16 GiB
+        # at 2048-token rows (4 rows without remat passed 24 GiB).
+        c.games.update(dict(num_sft=96, num_train=0, num_train_hard=32, num_eval=20,
+                            num_eval_hard=40, eval_split="valid"))
+        c.budget.update(dict(total_episodes=1088, sft_share=960 / 1088))   # 96 demos, 8 x 16 RL
+        c.sft.update(dict(epochs=2, batch_rows=4, lr=1e-4, warmup_steps=2))
+        c.rollout.update(dict(tasks_per_iter=4, group_size=4,
+                              length_buckets=(256, 512, 768, 1024, 1536, 2048)))
+        c.rl.update(dict(estimator="rloo", lr=1e-5, minibatch_rows=2, epochs=1))
+        c.policy.temperature = 1.0
+        c.turns.update(dict(max_turns=12, eval_max_turns=12))
+        c.model.overrides = dict(remat=True)
         c.checkpoint.update(dict(every_iters=1000, max_to_keep=1))
     if arg.gpu:
         c.model.overrides = dict(dtype="bfloat16")   # fp32 parameters, bf16 matmuls

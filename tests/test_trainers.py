@@ -237,8 +237,9 @@ def test_configs_switch_args_load_and_fit_their_budgets():
     their games, with the demonstrations and RL episodes their comments give."""
     from configs import smollm2_textworld
     plans = {a: data.budget_plan(smollm2_textworld.get_config(f"{a}=True"))
-             for a in ("full", "gpu", "long_sft")}
+             for a in ("full", "gpu", "long_sft", "hard_rl")}
     assert plans["long_sft"] == {"sft_demos": 192, "rl_episodes": 8}
+    assert plans["hard_rl"] == {"sft_demos": 96, "rl_episodes": 128}
     assert plans["gpu"] == {"sft_demos": 64, "rl_episodes": 320}
 
 
