@@ -26,4 +26,4 @@ run: $(VENV)/.installed
 	$(PY) -m experiments.train --config=$(CONFIG) --workdir=$(WORKDIR)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests

@@ -28,12 +28,12 @@ from meowjax.envs.base import ResetResult, Task
 from meowjax.envs.records import Family
 from meowjax.envs.swe import spec
 from meowjax.envs.swe.env import SweEnv
+from tests.learning_env import SPLIT_SEEDS
 
 TARGET = "-"
 OTHERS = ("*", "//", "%", "**", "&", "|")
 # Demonstration i fixes to DEMO_OPS[i % 13]: the target half as often as each other operator.
 DEMO_OPS = (*OTHERS, TARGET, *OTHERS)
-SPLIT_SEEDS = {"train": 10_000, "sft": 20_000, "valid": 30_000, "test": 40_000}
 INSTRUCTION = ("Fix the bug. Reply with one command per turn: first a replace command, then "
                "submit.")
 BUGGY = "def combine(a, b):\n    return a + b\n"

@@ -28,8 +28,8 @@ def repair_config(games_dir: str, *, estimator: str = "rloo", rl_iters: int = 20
     c.name = f"learn_repair_{estimator}"
     c.env.update(dict(family="tiny_repair", reward_mode="sparse", num_workers=0))
     c.games.update(dict(num_eval_hard=0))
-    # A replace command is ~20 tokens of the game-text tokenizer (its three blocks on their own
-    # lines); the turn-2 prompt holds the statement, the file list, the command and the env's
+    # A replace command (its three blocks on their own lines) is many times the chest's two-word
+    # commands; the turn-2 prompt holds the statement, the file list, the command and the env's
     # echo of the edited file.
     c.policy.update(dict(max_action_tokens=32))
     c.rollout.update(dict(length_buckets=(192, 256, 384)))
