@@ -97,6 +97,9 @@ def get_config(arg=None):
         c.checkpoint.update(dict(every_iters=1000, max_to_keep=1))
     if arg.smoke:
         c.games.update(dict(num_train=2, num_sft=2, num_eval=2))
+        if arg.hard_rl:   # the recipe's settings on the base games only, a few episodes
+            c.games.update(dict(num_train_hard=0, num_eval_hard=0))
+            c.rollout.update(dict(tasks_per_iter=2, group_size=2))
         c.budget.update(dict(total_episodes=12, sft_share=0.5))   # 1 demo, 2 RL iterations x 4
         c.turns.update(dict(max_turns=3, eval_max_turns=3))
         c.checkpoint.max_to_keep = 1   # a 135M policy + critic + Adam is ~4 GB a checkpoint

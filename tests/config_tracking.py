@@ -103,16 +103,18 @@ def unread(c: ml_collections.ConfigDict, tracked: Tracked) -> list[str]:
                   if not any(f == r or f.startswith(r + ".") for r in tracked.reads))
 
 
-def smoke_config(name: str, games_dir: str):
-    c = importlib.import_module(f"configs.{name}").get_config("smoke=True")
+def smoke_config(name: str, games_dir: str, args: str = ""):
+    """configs/<name>.py's smoke variant (with ``args``, more of its switches: "a=1,b=2")."""
+    c = importlib.import_module(f"configs.{name}").get_config(",".join(filter(None, ["smoke=True", args])))
     c.unlock()
     c.games.cache_dir = games_dir   # the test run's game cache (not a set field: base has it)
     c.lock()
     return c
 
 
-def assert_honest(name: str, tracked) -> None:
-    """Every field configs/<name>.py's smoke variant sets was read through ``tracked``."""
-    c = smoke_config(name, "unused")
+def assert_honest(name: str, tracked, args: str = "") -> None:
+    """Every field configs/<name>.py's smoke variant (with ``args``) sets was read through
+    ``tracked``."""
+    c = smoke_config(name, "unused", args)
     missed = [f for f in unread(c, tracked) if f != "games.cache_dir"]
     assert not missed, f"configs/{name}.py sets fields its run never reads: {missed}"

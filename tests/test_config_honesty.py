@@ -13,26 +13,29 @@ from meowjax.envs.alfworld_gen import TASK_TYPES
 from meowjax.trainers import run
 from tests import config_tracking, golden
 
-# config run (smoke) -> the config files whose set fields that run must read. BudgetMix is the
-# fixed-budget config plus `turns.budget_mix`: one run checks both. configs/default.py is checked
-# by the scoring trainer's pulse test (tests/test_trainers.py) and configs/study.py by the
-# trained cell of tests/conftest.py, runs the suite makes anyway.
+# config run (smoke; "name:a=1" adds switches) -> the config files whose set fields that run must
+# read. BudgetMix is the fixed-budget config plus `turns.budget_mix`: one run checks both.
+# configs/default.py is checked by the scoring trainer's pulse test (tests/test_trainers.py) and
+# configs/study.py by the trained cell of tests/conftest.py, runs the suite makes anyway.
 RUNS = {"textworld_budgetmix": ("textworld_fixed_budget", "textworld_budgetmix"),
         "swe_tiny": ("swe_tiny",), "alfworld": ("alfworld",),
-        "smollm2_textworld": ("smollm2_textworld",), "pod_qwen2p5_1p5b": ("pod_qwen2p5_1p5b",)}
+        "smollm2_textworld": ("smollm2_textworld",),
+        "smollm2_textworld:hard_rl=True": ("smollm2_textworld",),
+        "pod_qwen2p5_1p5b": ("pod_qwen2p5_1p5b",)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_config_honesty_every_set_field_is_read(name, tiny_games_dir, tmp_path):
-    tracked = config_tracking.track(config_tracking.smoke_config(name, tiny_games_dir))
+    name, _, args = name.partition(":")
+    tracked = config_tracking.track(config_tracking.smoke_config(name, tiny_games_dir, args))
     run.run(tracked, str(tmp_path))
     if name == "pod_qwen2p5_1p5b":   # its pod path too: distributed start-up, compile check
         from experiments import launch_pod
         mesh, _ = launch_pod.setup(tracked)
         launch_pod.run_check(tracked, mesh)
-    for checked in RUNS[name]:
-        config_tracking.assert_honest(checked, tracked)
+    for checked in RUNS[":".join(filter(None, [name, args]))]:
+        config_tracking.assert_honest(checked, tracked, args if checked == name else "")
     if name == "alfworld":
         _assert_success_by_task_type(tmp_path)
 
