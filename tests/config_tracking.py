@@ -105,7 +105,8 @@ def unread(c: ml_collections.ConfigDict, tracked: Tracked) -> list[str]:
 
 def smoke_config(name: str, games_dir: str, args: str = ""):
     """configs/<name>.py's smoke variant (with ``args``, more of its switches: "a=1,b=2")."""
-    c = importlib.import_module(f"configs.{name}").get_config(",".join(filter(None, ["smoke=True", args])))
+    arg = ",".join(filter(None, ["smoke=True", args]))
+    c = importlib.import_module(f"configs.{name}").get_config(arg)
     c.unlock()
     c.games.cache_dir = games_dir   # the test run's game cache (not a set field: base has it)
     c.lock()
