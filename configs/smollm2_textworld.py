@@ -15,7 +15,8 @@ records its invalid-turn share and wall time.
 
 The `hard_rl=True` arg is RL where the demonstrations end: SFT on 96 walkthroughs of the base
 games, then RLOO on 32 harder games (w3-o5-q6) that this SFT mostly loses, evaluated greedily on
-20 base and 40 hard validation games before and after RL; docs/results-history.md records it.
+20 base and 40 hard validation games before and after RL (and on 8 hard validation games every
+4 iterations: the held-out learning curve); docs/results-history.md records it.
 
     python -m experiments.train --config=configs/smollm2_textworld.py:hard_rl=True --workdir=...
 
@@ -73,8 +74,10 @@ def get_config(arg=None):
         # 12 turns, greedy evaluation on 20 base and 40 hard validation games before and after.
         # Memory: 2-row minibatches with each block rematerialised keep the update under 16 GiB
         # at 2048-token rows (4 rows without remat passed 24 GiB).
+        # The held-out learning curve: 8 hard validation games, greedy, at RL iterations 0, 4, 8.
         c.games.update(dict(num_sft=96, num_train=0, num_train_hard=32, num_eval=20,
-                            num_eval_hard=40, eval_split="valid"))
+                            num_eval_hard=40, eval_split="valid", num_curve=8))
+        c.eval.curve_every = 4
         c.budget.update(dict(total_episodes=1088, sft_share=960 / 1088))   # 96 demos, 8 x 16 RL
         c.sft.update(dict(epochs=2, batch_rows=4, lr=1e-4, warmup_steps=2))
         c.rollout.update(dict(tasks_per_iter=4, group_size=4,
@@ -98,7 +101,7 @@ def get_config(arg=None):
     if arg.smoke:
         c.games.update(dict(num_train=2, num_sft=2, num_eval=2))
         if arg.hard_rl:   # the recipe's settings on the base games only, a few episodes
-            c.games.update(dict(num_train_hard=0, num_eval_hard=0))
+            c.games.update(dict(num_train_hard=0, num_eval_hard=0, num_curve=0))
             c.rollout.update(dict(tasks_per_iter=2, group_size=2))
         c.budget.update(dict(total_episodes=12, sft_share=0.5))   # 1 demo, 2 RL iterations x 4
         c.turns.update(dict(max_turns=3, eval_max_turns=3))
