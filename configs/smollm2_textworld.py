@@ -55,7 +55,7 @@ def get_config(arg=None):
         c.sft.update(dict(epochs=2, batch_rows=8))
         c.turns.update(dict(max_turns=16, eval_max_turns=16))
         c.eval.update(dict(every_iters=10, num_samples=4))
-    if arg.long_sft:
+    if arg.long_sft or arg.hard_rl:
         # The command format on CPU: 2 demonstrations at lr 1e-5 left every RL turn invalid.
         # 192 walkthroughs x 2 epochs at lr 1e-4, then a short RL phase (2 iterations of 2 x 2
         # episodes); greedy evaluation on 40 validation games before and after RL. On validation
@@ -67,26 +67,24 @@ def get_config(arg=None):
         c.sft.update(dict(epochs=2, batch_rows=4, lr=1e-4, warmup_steps=2))
         c.checkpoint.update(dict(every_iters=1000, max_to_keep=1))
     if arg.hard_rl:
-        # RL where the demonstrations end: SFT on 96 walkthroughs of the base difficulty
-        # (w2-o3-q4), RL on 32 harder games (w3-o5-q6) where that SFT wins about a third, RLOO at
-        # actor lr 1e-5 (a 135M model barely moves at 1e-6: approx KL ~1e-11), temperature 1.0
-        # (at 0.7 the sampled policy is near-deterministic and most groups carry no signal),
-        # 12 turns, greedy evaluation on 20 base and 40 hard validation games before and after.
-        # Memory: 2-row minibatches with each block rematerialised keep the update under 16 GiB
-        # at 2048-token rows (4 rows without remat passed 24 GiB).
+        # RL where the demonstrations end, on long_sft's SFT settings: SFT on 96 walkthroughs of
+        # the base difficulty (w2-o3-q4), RL on 32 harder games (w3-o5-q6) where that SFT wins
+        # about a third. RLOO at actor lr 1e-5 (a 135M model barely moves at 1e-6: approx KL
+        # ~1e-11), temperature 1.0 (at 0.7 the sampled policy is near-deterministic and most
+        # groups carry no signal), 12 turns, greedy evaluation on 20 base and 40 hard validation
+        # games before and after. Memory: 2-row minibatches with each block rematerialised keep
+        # the update under 16 GiB at 2048-token rows (4 rows without remat passed 24 GiB).
         # The held-out learning curve: 8 hard validation games, greedy, at RL iterations 0, 4, 8.
         c.games.update(dict(num_sft=96, num_train=0, num_train_hard=32, num_eval=20,
                             num_eval_hard=40, eval_split="valid", num_curve=8))
         c.eval.curve_every = 4
         c.budget.update(dict(total_episodes=1088, sft_share=960 / 1088))   # 96 demos, 8 x 16 RL
-        c.sft.update(dict(epochs=2, batch_rows=4, lr=1e-4, warmup_steps=2))
         c.rollout.update(dict(tasks_per_iter=4, group_size=4,
                               length_buckets=(256, 512, 768, 1024, 1536, 2048)))
         c.rl.update(dict(estimator="rloo", lr=1e-5, minibatch_rows=2, epochs=1))
         c.policy.temperature = 1.0
         c.turns.update(dict(max_turns=12, eval_max_turns=12))
         c.model.overrides = dict(remat=True)
-        c.checkpoint.update(dict(every_iters=1000, max_to_keep=1))
     if arg.gpu:
         c.model.overrides = dict(dtype="bfloat16")   # fp32 parameters, bf16 matmuls
         c.env.num_workers = 8
