@@ -25,16 +25,16 @@ RUNS = {"textworld_budgetmix": ("textworld_fixed_budget", "textworld_budgetmix")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(RUNS))
-def test_config_honesty_every_set_field_is_read(name, tiny_games_dir, tmp_path):
-    name, _, args = name.partition(":")
+@pytest.mark.parametrize("run_name", sorted(RUNS))
+def test_config_honesty_every_set_field_is_read(run_name, tiny_games_dir, tmp_path):
+    name, _, args = run_name.partition(":")
     tracked = config_tracking.track(config_tracking.smoke_config(name, tiny_games_dir, args))
     run.run(tracked, str(tmp_path))
     if name == "pod_qwen2p5_1p5b":   # its pod path too: distributed start-up, compile check
         from experiments import launch_pod
         mesh, _ = launch_pod.setup(tracked)
         launch_pod.run_check(tracked, mesh)
-    for checked in RUNS[":".join(filter(None, [name, args]))]:
+    for checked in RUNS[run_name]:
         config_tracking.assert_honest(checked, tracked, args if checked == name else "")
     if name == "alfworld":
         _assert_success_by_task_type(tmp_path)
